@@ -1,0 +1,193 @@
+// The activations and their derivatives: the single source of truth.
+//
+// Every kernel (CPU epilogue, every CUDA kernel, the backward) and the tests'
+// reference call these functions; nothing else re-derives a formula. Each
+// activation is a type, so a kernel templated on it has no per-element branch
+// on which activation runs. The formulas follow PyTorch's own kernels
+// (ATen's activation code), so NaN and +-inf come out as PyTorch's do.
+//
+// `T` is the compute type: float for fp16/bf16/fp32 storage, double for fp64.
+#pragma once
+
+#include <cmath>
+
+#include "gemm_act.h"
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define GEMM_ACT_HD __host__ __device__ __forceinline__
+#else
+#define GEMM_ACT_HD inline
+#endif
+
+namespace gemm_act {
+namespace math {
+// Float overloads call the single-precision functions (fast on the GPU);
+// double overloads keep float64 exact for gradcheck.
+GEMM_ACT_HD float exp(float x) { return ::expf(x); }
+GEMM_ACT_HD double exp(double x) { return ::exp(x); }
+GEMM_ACT_HD float tanh(float x) { return ::tanhf(x); }
+GEMM_ACT_HD double tanh(double x) { return ::tanh(x); }
+GEMM_ACT_HD float erf(float x) { return ::erff(x); }
+GEMM_ACT_HD double erf(double x) { return ::erf(x); }
+}  // namespace math
+
+// Constants as PyTorch writes them (M_SQRT1_2, M_2_SQRTPI, ...), spelled out
+// because <cmath> does not promise the M_* macros.
+struct ActConstants {
+  static constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
+  static constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
+  static constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
+  static constexpr double kGeluTanhCubic = 0.044715;
+};
+
+// Each activation: `forward(z, slope)` and `grad(saved, slope)` = act'(z),
+// where `saved` is y = act(z) when kGradFromOutput, else z. `slope` is
+// leaky_relu's negative_slope and ignored elsewhere.
+template <Activation kAct>
+struct Act;
+
+template <>
+struct Act<Activation::None> {
+  static constexpr bool kGradFromOutput = true;
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) { return z; }
+  template <class T>
+  GEMM_ACT_HD static T grad(T, T) { return T(1); }
+};
+
+template <>
+struct Act<Activation::ReLU> {
+  static constexpr bool kGradFromOutput = true;
+  // `z < 0 ? 0 : z` keeps NaN (and -0.0) as torch.relu does.
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) { return z < T(0) ? T(0) : z; }
+  // threshold_backward: y <= 0 gives 0, anything else (NaN too) passes.
+  template <class T>
+  GEMM_ACT_HD static T grad(T y, T) { return y <= T(0) ? T(0) : T(1); }
+};
+
+template <>
+struct Act<Activation::LeakyReLU> {
+  // Valid for slope >= 0 (checked by the op): then y > 0 exactly when z > 0.
+  static constexpr bool kGradFromOutput = true;
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T slope) { return z > T(0) ? z : z * slope; }
+  template <class T>
+  GEMM_ACT_HD static T grad(T y, T slope) { return y > T(0) ? T(1) : slope; }
+};
+
+template <>
+struct Act<Activation::Tanh> {
+  static constexpr bool kGradFromOutput = true;
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) { return math::tanh(z); }
+  template <class T>
+  GEMM_ACT_HD static T grad(T y, T) { return T(1) - y * y; }
+};
+
+template <>
+struct Act<Activation::Sigmoid> {
+  static constexpr bool kGradFromOutput = true;
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) { return T(1) / (T(1) + math::exp(-z)); }
+  template <class T>
+  GEMM_ACT_HD static T grad(T y, T) { return (T(1) - y) * y; }
+};
+
+template <>
+struct Act<Activation::GELU> {
+  static constexpr bool kGradFromOutput = false;
+  template <class T>
+  GEMM_ACT_HD static T cdf(T z) {
+    return T(0.5) * (T(1) + math::erf(z * T(ActConstants::kSqrt1_2)));
+  }
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) { return z * cdf(z); }
+  template <class T>
+  GEMM_ACT_HD static T grad(T z, T) {
+    const T pdf = math::exp(T(-0.5) * z * z) * T(ActConstants::kInvSqrt2Pi);
+    return cdf(z) + z * pdf;
+  }
+};
+
+template <>
+struct Act<Activation::GELUTanh> {
+  static constexpr bool kGradFromOutput = false;
+  template <class T>
+  GEMM_ACT_HD static T inner(T z) {
+    return T(ActConstants::kSqrt2OverPi) * (z + T(ActConstants::kGeluTanhCubic) * z * z * z);
+  }
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) {
+    return T(0.5) * z * (T(1) + math::tanh(inner(z)));
+  }
+  template <class T>
+  GEMM_ACT_HD static T grad(T z, T) {
+    const T t = math::tanh(inner(z));
+    const T d_inner = T(ActConstants::kSqrt2OverPi) *
+                      (T(1) + T(3 * ActConstants::kGeluTanhCubic) * z * z);
+    return T(0.5) * (T(1) + t) + T(0.5) * z * (T(1) - t * t) * d_inner;
+  }
+};
+
+template <>
+struct Act<Activation::SiLU> {
+  static constexpr bool kGradFromOutput = false;
+  template <class T>
+  GEMM_ACT_HD static T forward(T z, T) { return z / (T(1) + math::exp(-z)); }
+  template <class T>
+  GEMM_ACT_HD static T grad(T z, T) {
+    const T s = T(1) / (T(1) + math::exp(-z));
+    return s * (T(1) + z * (T(1) - s));
+  }
+};
+
+// Whether the backward can use Y instead of Z (then Z is never written).
+constexpr bool grad_from_output(Activation act) {
+  switch (act) {
+    case Activation::GELU:
+    case Activation::GELUTanh:
+    case Activation::SiLU:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace gemm_act
+
+// Turns a run-time Activation into the compile-time constant `kAct` inside
+// __VA_ARGS__ (a lambda body or statement), once per kernel launch.
+#define GEMM_ACT_CASE_ACTIVATION(ENUM, ...)               \
+  case ENUM: {                                            \
+    constexpr ::gemm_act::Activation kAct = ENUM;         \
+    __VA_ARGS__;                                          \
+    break;                                                \
+  }
+
+#define GEMM_ACT_DISPATCH_ACTIVATION(ACT, ...)                                       \
+  switch (ACT) {                                                                     \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::None, __VA_ARGS__)              \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::ReLU, __VA_ARGS__)              \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::LeakyReLU, __VA_ARGS__)         \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::Tanh, __VA_ARGS__)              \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::Sigmoid, __VA_ARGS__)           \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::GELU, __VA_ARGS__)              \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::GELUTanh, __VA_ARGS__)          \
+    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::SiLU, __VA_ARGS__)              \
+  }
+
+#define GEMM_ACT_CASE_BIAS(ENUM, ...)                 \
+  case ENUM: {                                        \
+    constexpr ::gemm_act::BiasKind kBias = ENUM;      \
+    __VA_ARGS__;                                      \
+    break;                                            \
+  }
+
+#define GEMM_ACT_DISPATCH_BIAS(KIND, ...)                                  \
+  switch (KIND) {                                                          \
+    GEMM_ACT_CASE_BIAS(::gemm_act::BiasKind::None, __VA_ARGS__)            \
+    GEMM_ACT_CASE_BIAS(::gemm_act::BiasKind::Scalar, __VA_ARGS__)          \
+    GEMM_ACT_CASE_BIAS(::gemm_act::BiasKind::PerColumn, __VA_ARGS__)       \
+    GEMM_ACT_CASE_BIAS(::gemm_act::BiasKind::PerRow, __VA_ARGS__)          \
+  }

@@ -1,0 +1,67 @@
+// The parameter structs and enums shared by every backend and kernel.
+//
+// ops.cpp validates inputs and fills these; kernels trust them. All strides
+// are in elements; sizes and strides are int64 so no kernel overflows on
+// large tensors (ops.cpp still caps M, N, K at int32 for grid sizes).
+#pragma once
+
+#include <cstdint>
+
+namespace gemm_act {
+
+enum class Activation : int {
+  None = 0,
+  ReLU,
+  LeakyReLU,
+  Tanh,
+  Sigmoid,
+  GELU,
+  GELUTanh,
+  SiLU,
+};
+
+// How the bias broadcasts against the [M, N] output (DESIGN.md, "Bias").
+enum class BiasKind : int {
+  None = 0,
+  Scalar,     // (), (1,), (1, 1): one value
+  PerColumn,  // (N,), (1, N): the nn.Linear case, bias[n]
+  PerRow,     // (M, 1) or (..., 1): bias[m]
+};
+
+// Y[M, N] = act(alpha * A[M, K] @ B[K, N] + beta * C[M, N] + bias), and Z
+// (the pre-activation) too when `z` is non-null. Y and Z are contiguous
+// row-major with leading dimension N; A, B and C take any strides.
+struct GemmActParams {
+  void* y = nullptr;
+  void* z = nullptr;  // null: do not store Z
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c = nullptr;     // null: no beta * C term (also when beta == 0)
+  const void* bias = nullptr;  // contiguous, bias_kind says how it broadcasts
+  int64_t m = 0, n = 0, k = 0;
+  int64_t a_stride_m = 0, a_stride_k = 0;
+  int64_t b_stride_k = 0, b_stride_n = 0;
+  int64_t c_stride_m = 0, c_stride_n = 0;
+  double alpha = 1.0;
+  double beta = 0.0;
+  double negative_slope = 0.01;
+  Activation activation = Activation::None;
+  BiasKind bias_kind = BiasKind::None;
+};
+
+// dZ[M, N] = gY * act'(saved), where saved is Y or Z as
+// grad_from_output(activation) says, and dbias = dZ reduced to the bias's
+// shape. All of gY, saved and dZ are contiguous row-major [M, N]; dbias is
+// contiguous with 1 (Scalar), N (PerColumn) or M (PerRow) elements.
+struct ActivationBackwardParams {
+  void* grad_z = nullptr;
+  void* grad_bias = nullptr;  // null when bias_kind == None
+  const void* grad_y = nullptr;
+  const void* saved = nullptr;
+  int64_t m = 0, n = 0;
+  double negative_slope = 0.01;
+  Activation activation = Activation::None;
+  BiasKind bias_kind = BiasKind::None;
+};
+
+}  // namespace gemm_act

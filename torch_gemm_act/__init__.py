@@ -1,0 +1,8 @@
+"""torch_gemm_act: Y = act(alpha * A @ B + beta * C + bias) as one fused GEMM."""
+
+from .activations import ACTIVATIONS
+from .functional import gemm_act, linear_act
+from .fuse import fuse_linear_act
+from .modules import LinearAct
+
+__all__ = ["ACTIVATIONS", "gemm_act", "linear_act", "LinearAct", "fuse_linear_act"]

@@ -1,0 +1,35 @@
+"""The functional API: gemm_act and linear_act."""
+
+import torch
+
+from . import ops
+from .activations import GRAD_FROM_OUTPUT, check_activation
+
+
+def gemm_act(a, b, bias=None, c=None, *, activation="none", alpha=1.0, beta=0.0,
+             negative_slope=0.01, return_preact=False):
+    """Y = act(alpha * a @ b + beta * c + bias) in one fused GEMM.
+
+    a: [..., K]; b: [K, N] with any strides (``weight.t()`` goes in without a
+    copy); c: like the output [..., N]; bias: a scalar, per column ((N,) or
+    (1, N)) or per row ((M, 1) or a.shape[:-1] + (1,)). All share one dtype
+    and device. With ``return_preact=True`` returns (Y, Z) where Z is the
+    pre-activation. As in ``torch.addmm``, c is not read when beta == 0.
+    """
+    check_activation(activation, negative_slope)
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, bias, c)
+    )
+    # Z is written only when asked for or when the backward needs it.
+    store_preact = bool(return_preact) or (needs_grad and activation not in GRAD_FROM_OUTPUT)
+    y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
+                           float(negative_slope), store_preact)
+    return (y, z) if return_preact else y
+
+
+def linear_act(x, weight, bias=None, activation="gelu", negative_slope=0.01):
+    """act(F.linear(x, weight, bias)) in one kernel; weight is [N, K] as in nn.Linear."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"linear_act: weight must be a 2-D tensor [out_features, in_features], got {shape}")
+    return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
