@@ -40,17 +40,17 @@ def _setup_context(ctx, inputs, output):
     ctx.store_preact = store_preact
     ctx.a_shape = a.shape
     saved = y if activation in GRAD_FROM_OUTPUT else (z if store_preact else None)
-    ctx.save_for_backward(a, b, saved, bias)
+    # c is kept only for the rare recomputation of Z below (a reference, no copy).
+    ctx.save_for_backward(a, b, saved, bias, c if saved is None else None)
 
 
 def _backward(ctx, grad_y, grad_z):
-    a, b, saved, bias = ctx.saved_tensors
+    a, b, saved, bias, c = ctx.saved_tensors
     need_a, need_b, need_bias, need_c = ctx.needs_input_grad[:4]
     if saved is None:
-        raise RuntimeError(
-            f"gemm_act: the backward of activation {ctx.activation!r} needs the pre-activation Z; "
-            "call the operator with store_preact=True (torch_gemm_act.gemm_act does this for you)"
-        )
+        # The op was called directly with store_preact=False for an activation
+        # whose derivative needs Z (gemm_act() never does this): recompute Z.
+        saved, _ = gemm_act_op(a, b, bias, c, "none", ctx.alpha, ctx.beta, 0.0, False)
     bias_for_grad = bias if need_bias else None
     grad_pre, grad_bias = activation_backward_op(
         grad_y, saved, bias_for_grad, ctx.activation, ctx.negative_slope
@@ -69,7 +69,7 @@ def _backward(ctx, grad_y, grad_z):
         if ctx.alpha != 1.0:
             grad_a = grad_a * ctx.alpha
     if need_b:
-        grad_b = torch.mm(a.reshape(-1, b.shape[0]).t(), grad_pre_2d)
+        grad_b = torch.mm(a.reshape(grad_pre_2d.shape[0], b.shape[0]).t(), grad_pre_2d)
         if ctx.alpha != 1.0:
             grad_b = grad_b * ctx.alpha
     if need_c:

@@ -1,0 +1,24 @@
+import os
+
+# Outputs are filled with NaN before each kernel writes them, so an element a
+# kernel forgets to write fails the comparison (read once, at the first op).
+os.environ.setdefault("TORCH_GEMM_ACT_POISON_OUTPUTS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed(request):
+    # Fresh random data per test, reproducible from the test's name.
+    torch.manual_seed(hash(request.node.nodeid) % (2**31))

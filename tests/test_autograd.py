@@ -1,0 +1,154 @@
+"""Gradients: gradcheck in float64 and agreement with nn.Linear + activation."""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import torch_gemm_act as tga
+from reference import (ACTIVATIONS, BIAS_KINDS, assert_close, linear_act_eager, make_bias,
+                       random_operands, torch_twin)
+from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("with_c", [False, True])
+def test_gradcheck(activation, bias_kind, with_c, device):
+    m, k, n = 4, 5, 3
+    dt = torch.float64
+    alpha, beta = (0.7, 1.3) if with_c else (1.1, 0.0)
+    # Finite differences across relu's kink at 0 are meaningless: draw until
+    # every pre-activation is clear of it.
+    for _ in range(100):
+        a = torch.randn(m, k, dtype=dt, device=device, requires_grad=True)
+        b = torch.randn(k, n, dtype=dt, device=device, requires_grad=True)
+        bias = make_bias(bias_kind, (m, n), dt, device, requires_grad=True)
+        c = torch.randn(m, n, dtype=dt, device=device, requires_grad=True) if with_c else None
+        _, z = tga.gemm_act(a, b, bias, c, activation=activation, alpha=alpha, beta=beta,
+                            return_preact=True)
+        if (z.abs() > 1e-3).all():
+            break
+    inputs = [t for t in (a, b, bias, c) if t is not None]
+
+    def fn(*args):
+        it = iter(args)
+        a_, b_ = next(it), next(it)
+        bias_ = next(it) if bias is not None else None
+        c_ = next(it) if c is not None else None
+        return tga.gemm_act(a_, b_, bias_, c_, activation=activation, alpha=alpha, beta=beta,
+                            negative_slope=0.05)
+
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_matches_nn_linear_and_activation(activation, dtype, device):
+    x = torch.randn(2, 7, 24, dtype=dtype, device=device)
+    linear = torch.nn.Linear(24, 13, dtype=dtype, device=device)
+    fused = tga.LinearAct.from_linear(torch.nn.Linear(24, 13, dtype=dtype, device=device), activation)
+    with torch.no_grad():
+        fused.weight.copy_(linear.weight)
+        fused.bias.copy_(linear.bias)
+    x1 = x.clone().requires_grad_()
+    x2 = x.clone().requires_grad_()
+    y_ref = torch_twin(activation)(linear(x1))
+    y = fused(x2)
+    assert_close(y, y_ref, dtype)
+    grad_y = torch.randn_like(y)
+    ref_grads = torch.autograd.grad(y_ref, (x1, linear.weight, linear.bias), grad_y)
+    grads = torch.autograd.grad(y, (x2, fused.weight, fused.bias), grad_y)
+    for ours, theirs in zip(grads, ref_grads):
+        assert ours.shape == theirs.shape
+        assert_close(ours, theirs, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_gradients(dtype, device):
+    x, w = random_operands(33, 40, 17, dtype, device, requires_grad=True)
+    bias = make_bias("column", (33, 17), dtype, device, requires_grad=True)
+    y = tga.linear_act(x, w, bias, "gelu")
+    grad_y = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, w, bias), grad_y)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, bias))
+    y64 = linear_act_eager(x64, w64, b64, "gelu")
+    ref = torch.autograd.grad(y64, (x64, w64, b64), grad_y.double())
+    for ours, theirs in zip(grads, ref):
+        assert ours.dtype == dtype
+        # Gradients are sums over up to 33 rows: scale the tolerance.
+        torch.testing.assert_close(ours.double(), theirs, rtol=5e-2, atol=5e-2)
+
+
+def test_gradient_through_returned_preact(device):
+    a = torch.randn(5, 6, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(6, 4, dtype=torch.float64, device=device, requires_grad=True)
+    bias = torch.randn(4, dtype=torch.float64, device=device, requires_grad=True)
+
+    def fn(a_, b_, bias_):
+        y, z = tga.gemm_act(a_, b_, bias_, activation="tanh", return_preact=True)
+        return y * 2 + z.sin()
+
+    assert torch.autograd.gradcheck(fn, (a, b, bias))
+
+
+def test_only_needed_gradients(device):
+    a = torch.randn(5, 6, device=device)
+    w = torch.randn(4, 6, device=device, requires_grad=True)
+    bias = torch.randn(4, device=device)
+    y = tga.linear_act(a, w, bias, "silu")
+    (gw,) = torch.autograd.grad(y.sum(), (w,))
+    assert gw.shape == w.shape and a.grad is None
+
+
+class _RecordStorePreact(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.flags = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.gemm_act.gemm_act.default:
+            self.flags.append(args[8])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_z_written_only_when_backward_needs_it(activation, device):
+    x = torch.randn(4, 8, device=device)
+    w = torch.randn(3, 8, device=device, requires_grad=True)
+    with _RecordStorePreact() as rec:
+        tga.linear_act(x, w, None, activation)
+        with torch.no_grad():
+            tga.linear_act(x, w, None, activation)
+        tga.linear_act(x, w.detach(), None, activation)
+    assert rec.flags == [activation not in GRAD_FROM_OUTPUT, False, False]
+
+
+@pytest.mark.parametrize("bias_kind", ["scalar", "column", "row"])
+def test_bias_gradient_is_deterministic(bias_kind, device):
+    x, w = random_operands(300, 64, 200, torch.float32, device, requires_grad=True)
+    bias = make_bias(bias_kind, (300, 200), torch.float32, device, requires_grad=True)
+    grad_y = torch.randn(300, 200, device=device)
+    first = torch.autograd.grad(tga.linear_act(x, w, bias, "gelu"), bias, grad_y)[0]
+    for _ in range(3):
+        again = torch.autograd.grad(tga.linear_act(x, w, bias, "gelu"), bias, grad_y)[0]
+        assert torch.equal(first, again)
+
+
+def test_k_zero_gradients(device):
+    a = torch.randn(3, 0, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(0, 4, dtype=torch.float64, device=device, requires_grad=True)
+    c = torch.randn(3, 4, dtype=torch.float64, device=device, requires_grad=True)
+    bias = torch.randn(4, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda a_, b_, c_, bias_: tga.gemm_act(a_, b_, bias_, c_, activation="gelu", beta=0.5),
+        (a, b, c, bias))
+
+
+def test_op_without_stored_preact_recomputes_it(device):
+    # Calling the operator directly with store_preact=False still differentiates.
+    a = torch.randn(4, 5, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(5, 3, dtype=torch.float64, device=device, requires_grad=True)
+    c = torch.randn(4, 3, dtype=torch.float64, device=device, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda *t: torch.ops.gemm_act.gemm_act(*t, "gelu", 0.5, 2.0, 0.01, False)[0], (a, b, bias, c))

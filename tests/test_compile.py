@@ -1,0 +1,109 @@
+"""opcheck, torch.compile (no graph breaks), CUDA graphs and autocast."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from reference import BIAS_KINDS, assert_close, make_bias
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu", "leaky_relu"])
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("store_preact", [False, True])
+def test_opcheck_gemm_act(activation, bias_kind, store_preact, device):
+    a = torch.randn(2, 3, 5, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(4, 5, dtype=torch.float64, device=device, requires_grad=True).t()
+    c = torch.randn(2, 3, 4, dtype=torch.float64, device=device, requires_grad=True)
+    bias = make_bias(bias_kind, (2, 3, 4), torch.float64, device, requires_grad=True)
+    torch.library.opcheck(torch.ops.gemm_act.gemm_act.default,
+                          (a, b, bias, c, activation, 0.5, 2.0, 0.1, store_preact))
+
+
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+def test_opcheck_activation_backward(bias_kind, device):
+    grad_y = torch.randn(6, 5, device=device)
+    z = torch.randn(6, 5, device=device)
+    bias = make_bias(bias_kind, (6, 5), torch.float32, device)
+    torch.library.opcheck(torch.ops.gemm_act.activation_backward.default, (grad_y, z, bias, "silu", 0.01))
+
+
+def _fn(x, w, bias):
+    return tga.linear_act(x, w, bias, "gelu").sum(-1)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_functional_forward_backward(dynamic, device):
+    torch._dynamo.reset()
+    compiled = torch.compile(_fn, fullgraph=True, dynamic=dynamic)
+    for m in (8, 13):  # a second shape: recompiles (static) or reuses (dynamic)
+        x = torch.randn(m, 16, device=device, requires_grad=True)
+        w = torch.randn(12, 16, device=device, requires_grad=True)
+        bias = torch.randn(12, device=device, requires_grad=True)
+        out = compiled(x, w, bias)
+        expected = F.gelu(F.linear(x, w, bias)).sum(-1)
+        assert_close(out, expected, torch.float32)
+        grads = torch.autograd.grad(out.sum(), (x, w, bias))
+        ref = torch.autograd.grad(expected.sum(), (x, w, bias))
+        for g, r in zip(grads, ref):
+            assert_close(g, r, torch.float32)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_module(dynamic, device):
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(tga.LinearAct(16, 32, activation="silu"), tga.LinearAct(32, 4, activation="tanh")).to(device)
+    compiled = torch.compile(model, fullgraph=True, dynamic=dynamic)
+    x = torch.randn(2, 9, 16, device=device)
+    assert_close(compiled(x), model(x), torch.float32)
+    compiled(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        assert_close(g, p.grad, torch.float32)
+
+
+def test_no_graph_break():
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(_fn)(torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))
+    assert explanation.graph_break_count == 0
+
+
+@requires_cuda
+def test_cuda_graphs_reduce_overhead():
+    torch._dynamo.reset()
+    model = tga.LinearAct(64, 64, activation="gelu").cuda()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    x = torch.randn(32, 64, device="cuda")
+    for _ in range(3):  # warm-up runs, then graph replays
+        out = compiled(x)
+    assert_close(out, F.gelu(F.linear(x, model.weight, model.bias)), torch.float32)
+
+
+def _autocast_matches_linear(device_type, dtype):
+    x = torch.randn(8, 16, device=device_type, requires_grad=True)
+    w = torch.randn(12, 16, device=device_type, requires_grad=True)
+    bias = torch.randn(12, device=device_type, requires_grad=True)
+    with torch.autocast(device_type, dtype=dtype):
+        ours = tga.linear_act(x, w, bias, "relu")
+        theirs = F.relu(F.linear(x, w, bias))
+    assert ours.dtype == theirs.dtype == dtype
+    assert_close(ours, theirs, dtype)
+    ours.float().sum().backward()
+    assert x.grad.dtype == w.grad.dtype == bias.grad.dtype == torch.float32
+    # float64 is left alone by autocast, as for F.linear.
+    with torch.autocast(device_type, dtype=dtype):
+        y64 = tga.linear_act(x.double(), w.double(), bias.double(), "relu")
+    assert y64.dtype == torch.float64
+
+
+def test_autocast_cpu():
+    _autocast_matches_linear("cpu", torch.bfloat16)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_cuda(dtype):
+    _autocast_matches_linear("cuda", dtype)

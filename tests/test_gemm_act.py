@@ -1,0 +1,174 @@
+"""Forward numerics of gemm_act / linear_act against a float64 reference."""
+
+import itertools
+
+import pytest
+import torch
+
+import torch_gemm_act as tga
+from reference import (ACTIVATIONS, BIAS_KINDS, assert_close, linear_act_eager, make_bias,
+                       random_operands, reference64)
+
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("with_c", [False, True])
+def test_every_activation_bias_and_c(activation, bias_kind, with_c, device):
+    dtype = torch.float32
+    a, w = random_operands(37, 29, 43, dtype, device)
+    b = w.t()
+    bias = make_bias(bias_kind, (37, 43), dtype, device)
+    c = torch.randn(37, 43, dtype=dtype, device=device) if with_c else None
+    alpha, beta = (0.75, -1.5) if with_c else (1.25, 0.0)
+    y, z = tga.gemm_act(a, b, bias, c, activation=activation, alpha=alpha, beta=beta,
+                        negative_slope=0.1, return_preact=True)
+    y_ref, z_ref = reference64(a, b, bias, c, activation, alpha, beta, 0.1)
+    assert y.shape == z.shape == (37, 43) and y.dtype == z.dtype == dtype
+    assert_close(z, z_ref, dtype)
+    assert_close(y, y_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ["gelu", "relu", "silu"])
+def test_dtypes(dtype, activation, device):
+    a, w = random_operands(65, 130, 67, dtype, device)
+    bias = make_bias("column", (65, 67), dtype, device)
+    y = tga.linear_act(a, w, bias, activation)
+    assert y.dtype == dtype
+    y_ref, _ = reference64(a, w.t(), bias, activation=activation)
+    assert_close(y, y_ref, dtype)
+
+
+SIZES = [1, 2, 7, 33, 257]
+
+
+@pytest.mark.parametrize("m,k,n", [s for s in itertools.product(SIZES, SIZES, SIZES) if max(s) < 257 or s.count(257) == 1])
+def test_odd_sizes(m, k, n, device):
+    dtype = torch.float32
+    a, w = random_operands(m, k, n, dtype, device)
+    bias = make_bias("column", (m, n), dtype, device)
+    y = tga.linear_act(a, w, bias, "gelu_tanh")
+    y_ref, _ = reference64(a, w.t(), bias, activation="gelu_tanh")
+    assert_close(y, y_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_odd_shape(dtype, device):
+    a, w = random_operands(1000, 1000, 1000, dtype, device)
+    bias = make_bias("column", (1000, 1000), dtype, device)
+    y = tga.linear_act(a, w, bias, "gelu")
+    y_ref, _ = reference64(a, w.t(), bias, activation="gelu")
+    assert_close(y, y_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("layout", ["a_transposed", "a_strided", "b_row_major", "b_strided", "c_transposed", "c_broadcast_view"])
+def test_layouts(dtype, layout, device):
+    """Row- and column-major b, strided views of a, b and c (including stride 0)."""
+    m, k, n = 19, 24, 21
+    a, w = random_operands(m, k, n, dtype, device)
+    b = w.t()  # column-major [K, N]
+    c = torch.randn(m, n, dtype=dtype, device=device)
+    if layout == "a_transposed":
+        a = a.t().contiguous().t()
+    elif layout == "a_strided":
+        a = torch.randn(m, 2 * k + 3, dtype=dtype, device=device)[:, 1: 2 * k + 1: 2]
+    elif layout == "b_row_major":
+        b = b.contiguous()
+    elif layout == "b_strided":
+        b = (torch.randn(2 * k, n + 5, dtype=dtype, device=device) / k**0.5)[::2, 2: n + 2]
+    elif layout == "c_transposed":
+        c = c.t().contiguous().t()
+    elif layout == "c_broadcast_view":
+        c = torch.randn(1, n, dtype=dtype, device=device).expand(m, n)
+    assert layout == "b_row_major" or not (a.is_contiguous() and b.is_contiguous() and c.is_contiguous())
+    bias = make_bias("row", (m, n), dtype, device)
+    y = tga.gemm_act(a, b, bias, c, activation="silu", beta=0.5)
+    y_ref, _ = reference64(a, b, bias, c, "silu", 1.0, 0.5)
+    assert_close(y, y_ref, dtype)
+
+
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+def test_3d_input(bias_kind, device):
+    dtype = torch.float32
+    x = torch.randn(3, 5, 16, dtype=dtype, device=device)
+    w = torch.randn(9, 16, dtype=dtype, device=device) / 4
+    bias = make_bias(bias_kind, (3, 5, 9), dtype, device)
+    c = torch.randn(3, 5, 9, dtype=dtype, device=device)
+    y = tga.gemm_act(x, w.t(), bias, c, activation="tanh", beta=2.0)
+    assert y.shape == (3, 5, 9)
+    y_ref, _ = reference64(x, w.t(), bias, c, "tanh", 1.0, 2.0)
+    assert_close(y, y_ref, dtype)
+
+
+def test_per_row_bias_as_m_by_one_with_3d_input(device):
+    x = torch.randn(2, 3, 8, device=device)
+    w = torch.randn(3, 8, device=device)  # N == 3 == x.shape[1]: no guessing
+    bias = torch.randn(6, 1, device=device)
+    y = tga.linear_act(x, w, bias, "none")
+    expected = (x.reshape(6, 8) @ w.t() + bias).reshape(2, 3, 3)
+    assert_close(y, expected, torch.float32)
+
+
+def test_square_column_bias_is_per_column(device):
+    # M == N: a 1-D bias of length N broadcasts per column, as in F.linear.
+    x = torch.randn(5, 4, device=device)
+    w = torch.randn(5, 4, device=device)
+    bias = torch.randn(5, device=device)
+    assert_close(tga.linear_act(x, w, bias, "none"), x @ w.t() + bias, torch.float32)
+
+
+def test_1d_input(device):
+    x = torch.randn(8, device=device)
+    w = torch.randn(3, 8, device=device)
+    bias = torch.randn(3, device=device)
+    y = tga.linear_act(x, w, bias, "relu")
+    assert y.shape == (3,)
+    assert_close(y, linear_act_eager(x, w, bias, "relu"), torch.float32)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu", "leaky_relu", "sigmoid"])
+def test_k_zero_gives_activation_of_c_and_bias(activation, device):
+    a = torch.randn(6, 0, device=device)
+    b = torch.randn(0, 5, device=device)
+    c = torch.randn(6, 5, device=device)
+    bias = torch.randn(5, device=device)
+    y = tga.gemm_act(a, b, bias, c, activation=activation, beta=0.5)
+    y_ref, _ = reference64(a, b, bias, c, activation, 1.0, 0.5)
+    assert_close(y, y_ref, torch.float32)
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 4, 5), (4, 5, 0), (0, 0, 0)])
+def test_empty_outputs(m, k, n, device):
+    a, w = random_operands(m, k, n, torch.float32, device)
+    y = tga.linear_act(a, w, torch.randn(n, device=device), "gelu")
+    assert y.shape == (m, n)
+
+
+def test_beta_zero_ignores_nan_in_c(device):
+    a, w = random_operands(4, 3, 5, torch.float32, device)
+    c = torch.full((4, 5), float("nan"), device=device)
+    y = tga.gemm_act(a, w.t(), None, c, activation="relu", beta=0.0)
+    assert torch.isfinite(y).all()
+
+
+def test_nan_and_inf_propagate(device):
+    a = torch.randn(3, 4, device=device)
+    a[0, 0] = float("nan")
+    a[1, 0] = float("inf")
+    b = torch.ones(4, 2, device=device)
+    y = tga.gemm_act(a, b, activation="tanh")
+    assert torch.isnan(y[0]).all()
+    assert (y[1] == 1).all()
+
+
+def test_return_preact_and_no_grad_store_nothing_extra(device):
+    a, w = random_operands(8, 8, 8, torch.float32, device, requires_grad=True)
+    with torch.no_grad():
+        y = tga.linear_act(a, w, None, "gelu")
+    assert isinstance(y, torch.Tensor) and y.shape == (8, 8)
+    y, z = tga.gemm_act(a, w.t(), activation="gelu", return_preact=True)
+    assert_close(z, a.detach().double() @ w.detach().double().t(), torch.float32)

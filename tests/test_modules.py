@@ -1,0 +1,84 @@
+"""LinearAct looks and initialises like nn.Linear; fuse_linear_act keeps outputs."""
+
+import pytest
+import torch
+from torch import nn
+
+import torch_gemm_act as tga
+from reference import assert_close
+
+
+def test_parameters_init_and_state_dict_like_linear():
+    torch.manual_seed(0)
+    linear = nn.Linear(20, 30)
+    torch.manual_seed(0)
+    fused = tga.LinearAct(20, 30, activation="relu")
+    assert torch.equal(linear.weight, fused.weight) and torch.equal(linear.bias, fused.bias)
+    assert fused.state_dict().keys() == linear.state_dict().keys()
+    fused.load_state_dict(nn.Linear(20, 30).state_dict())
+    no_bias = tga.LinearAct(3, 2, bias=False)
+    assert no_bias.bias is None and list(no_bias.state_dict()) == ["weight"]
+
+
+def test_factory_kwargs():
+    m = tga.LinearAct(4, 5, device="cpu", dtype=torch.float64)
+    assert m.weight.dtype == torch.float64 and m.weight.shape == (5, 4) and m.bias.shape == (5,)
+
+
+def test_repr():
+    assert repr(tga.LinearAct(4, 5, activation="leaky_relu", negative_slope=0.2)) == (
+        "LinearAct(in_features=4, out_features=5, bias=True, activation='leaky_relu', negative_slope=0.2)")
+    assert "activation='gelu'" in repr(tga.LinearAct(4, 5))
+
+
+def test_from_linear_shares_parameters():
+    linear = nn.Linear(6, 4)
+    fused = tga.LinearAct.from_linear(linear, activation="silu")
+    assert fused.weight is linear.weight and fused.bias is linear.bias
+    x = torch.randn(3, 6)
+    assert_close(fused(x), nn.functional.silu(linear(x)), torch.float32)
+    with pytest.raises(TypeError, match="expects an nn.Linear"):
+        tga.LinearAct.from_linear(nn.ReLU())
+
+
+def _mlp():
+    return nn.Sequential(
+        nn.Linear(8, 16), nn.GELU(),
+        nn.Linear(16, 16), nn.GELU(approximate="tanh"),
+        nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.LeakyReLU(0.2)),
+        nn.Linear(16, 16), nn.SiLU(),
+        nn.Linear(16, 16), nn.Tanh(),
+        nn.Linear(16, 16), nn.Sigmoid(),
+        nn.Linear(16, 16), nn.Dropout(0.0),  # not an activation: left alone
+        nn.Linear(16, 4),
+    )
+
+
+def test_fuse_linear_act_keeps_outputs(device):
+    model = _mlp().to(device).double()
+    x = torch.randn(5, 8, dtype=torch.float64, device=device)
+    expected = model(x)
+    keys = set(model.state_dict())
+    returned = tga.fuse_linear_act(model)
+    assert returned is model
+    kinds = [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)]
+    assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid"]
+    assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 2
+    assert set(model.state_dict()) == keys
+    assert_close(model(x), expected, torch.float64)
+
+
+def test_mlp_trains_like_nn_linear():
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 1))
+    fused = tga.fuse_linear_act(nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 1)))
+    fused.load_state_dict(ref.state_dict())
+    x, t = torch.randn(64, 8), torch.randn(64, 1)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, fused)]
+    for _ in range(5):
+        for model, opt in zip((ref, fused), opts):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), t).backward()
+            opt.step()
+    for p, q in zip(ref.parameters(), fused.parameters()):
+        assert_close(q, p, torch.float32)
