@@ -1,0 +1,36 @@
+"""Runs every CUDA kernel on small odd shapes, layouts and bias kinds, for
+compute-sanitizer (memcheck): any out-of-bounds access shows up there."""
+
+import itertools
+
+import torch
+
+import torch_gemm_act as tga
+
+SIZES = [1, 3, 17, 65, 130]
+
+
+def main():
+    dev = "cuda"
+    count = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        for m, k, n in itertools.product(SIZES, SIZES, SIZES):
+            if len({m, k, n}) < 2 and m > 3:
+                continue
+            a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
+            w = torch.randn(n, k, device=dev, dtype=dtype, requires_grad=True)
+            for bias_shape, b in (((n,), w.t()), ((m, 1), w.t().contiguous()), ((), w.t())):
+                bias = torch.randn(bias_shape, device=dev, dtype=dtype, requires_grad=True)
+                c = torch.randn(m, n, device=dev, dtype=dtype)
+                y = tga.gemm_act(a, b, bias, c, activation="gelu", beta=0.5)
+                torch.autograd.grad(y, (a, bias), torch.randn_like(y))
+                count += 1
+    # Strided / unaligned views.
+    base = torch.randn(70, 71, device=dev)
+    y = tga.gemm_act(base[1:, 1:40], base[3:42, 2:69], None, activation="relu")
+    torch.cuda.synchronize()
+    print(f"sanitize sweep: {count + 1} problems ran")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs what the project needs and builds the extension in place
+# (CUDA kernels when nvcc is found, CPU-only otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q "torch==2.14.1" numpy pytest ninja "setuptools>=64" wheel
+MAX_JOBS="${MAX_JOBS:-$(nproc)}" python3 -m pip install -q --no-build-isolation -e .
