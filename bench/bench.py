@@ -1,0 +1,584 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: torch_gemm_act against cuBLAS and PyTorch, in one run.
+
+    python bench/bench.py [--quick] [--out DIR] [--shapes PATH] [--max-autotune]
+
+For every shape of shapes.json (A [M, K], weight [N, K], B = weight.t(),
+bias [N]; activation from the row, default gelu; dtype from the row) and mode
+it times, with triton.testing.do_bench (median, L2 flushed before each run):
+
+  torch_mm          torch.mm(a, w.t()) alone: the bare cuBLAS GEMM, the reference
+                    (forward_backward: the three GEMMs of a linear's fwd + bwd)
+  eager             act(F.linear(a, w, bias))
+  addmm_activation  torch._addmm_activation(bias, a, w.t(), use_gelu=...): cuBLASLt's
+                    fused epilogue; only where it computes exactly the row's
+                    activation (see ADDMM NOTE below); inference only
+  compile           torch.compile(eager code), default mode, dynamic=False per shape
+  gemm_act          torch_gemm_act.linear_act(a, w, bias, activation)
+
+Modes: inference (torch.no_grad), forward (a, w, bias require grad: the training
+forward, which for gemm_act also writes Z when the backward needs it) and
+forward_backward (forward + torch.autograd.grad with a fixed random gY). The
+"inference" group runs only inference; the others run all three (--quick: no
+forward_backward). Before timing, each contender's output (and in
+forward_backward its gradients) is checked against eager; a contender outside
+the dtype's tolerance is reported as WRONG and its time is kept out of "ms".
+
+Writes <UTC time>_<short commit>.json and a .png beside it to bench/results/
+(or --out DIR) and prints a table last. Without a CUDA GPU: prints a message
+and exits 0. `python bench/summarize.py RESULTS.json --plot` redraws the plot
+and prints a markdown table on any machine.
+
+ADDMM NOTE: torch._addmm_activation(..., use_gelu=True) is the tanh-approximate
+GELU on CUDA (cuBLASLt's GELU epilogue is the tanh form, and the non-Lt
+fallback calls at::gelu_(result, "tanh")), but the exact erf GELU on CPU
+(aten/src/ATen/native/LinearAlgebra.cpp calls at::gelu_(result) there). So on
+the GPU it matches "gelu_tanh" and NOT the "gelu" (erf) rows of shapes.json;
+rather than hard-code that, the script probes it per dtype at start-up on
+exactly representable inputs and includes it only in rows it matches. For
+activation "none" the same cuBLASLt bias epilogue is torch.addmm(bias, a, w.t()),
+which is timed under the addmm_activation key (the row says which function ran).
+"""
+
+import argparse
+import datetime
+import functools
+import gc
+import inspect
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)   # summarize.py: the table and the plot live there
+sys.path.insert(0, REPO)   # the package, also when built in place without pip install
+
+import summarize  # noqa: E402
+
+CONTENDERS = summarize.CONTENDERS
+MODES = summarize.MODES
+
+# Normwise tolerance: max |x - eager| / max |eager|. bf16/fp16: a few output
+# ulps of the largest value; fp32 exact FMA: summation order only; TF32: 10-bit
+# mantissa products.
+TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float32+tf32": 1e-2, "float64": 1e-10}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def default_shapes_path():
+    shared = os.path.normpath(os.path.join(REPO, "..", "shared", "shapes.json"))
+    return shared if os.path.exists(shared) else os.path.join(HERE, "shapes.json")
+
+
+def _git(*args):
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    s = out.stdout.strip()
+    return s if out.returncode == 0 and s else None
+
+
+def source_ids():
+    """(commit, csrc_tree, where from, dirty): git if this is a checkout, else env vars."""
+    top = _git("rev-parse", "--show-toplevel")
+    # A copy of the working tree without .git must not pick up a parent repository.
+    if top and os.path.realpath(top) == os.path.realpath(REPO):
+        commit, tree = _git("rev-parse", "HEAD"), _git("rev-parse", "HEAD:csrc")
+        if commit:
+            dirty = _git("status", "--porcelain", "--", "csrc", "torch_gemm_act", "setup.py")
+            env_c = os.environ.get("GEMM_ACT_COMMIT")
+            if env_c and env_c != commit:
+                print(f"note: GEMM_ACT_COMMIT={env_c} differs from git HEAD {commit}; using git",
+                      file=sys.stderr)
+            return commit, tree or "unknown", "git", bool(dirty)
+    return (os.environ.get("GEMM_ACT_COMMIT", "unknown"), os.environ.get("GEMM_ACT_CSRC_TREE", "unknown"),
+            "env", None)
+
+
+def load_shapes(path):
+    with open(path) as f:
+        spec = json.load(f)
+    groups = {k: v for k, v in spec.items() if isinstance(v, list)}
+    if not groups:
+        raise SystemExit(f"{path}: no groups of shapes (lists) found")
+    return groups
+
+
+def modes_for(group, row, args):
+    if "modes" in row:
+        modes = list(row["modes"])
+    elif group == "inference":
+        modes = ["inference"]
+    else:
+        modes = list(MODES)
+    if args.quick:
+        modes = [m for m in modes if m != "forward_backward"]
+    if args.modes:
+        modes = [m for m in modes if m in args.modes]
+    return modes
+
+
+def rel_err(x, ref):
+    """max |x - ref| / max |ref| (normwise, so near-zero outputs don't blow it up); NaN -> inf."""
+    x, ref = x.detach().float(), ref.detach().float()
+    if x.shape != ref.shape:
+        return float("inf")
+    d = (x - ref).abs().max().item() if x.numel() else 0.0
+    r = ref.abs().max().item() if ref.numel() else 0.0
+    del x, ref
+    if not math.isfinite(d):
+        return float("inf")
+    return d / max(r, 1e-30)
+
+
+def torch_act(name, negative_slope=0.01):
+    import torch
+    import torch.nn.functional as F
+    return {
+        "none": lambda z: z,
+        "relu": F.relu,
+        "leaky_relu": functools.partial(F.leaky_relu, negative_slope=negative_slope),
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+        "gelu": F.gelu,
+        "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+        "silu": F.silu,
+    }[name]
+
+
+def make_eager(activation):
+    import torch.nn.functional as F
+    act = torch_act(activation)
+
+    def eager(a, w, bias):
+        return act(F.linear(a, w, bias))
+    return eager
+
+
+def probe_addmm_gelu(dtype, device):
+    """Which GELU torch._addmm_activation(use_gelu=True) computes here: 'erf', 'tanh' or 'unknown'.
+
+    Z[m, n] = z_m + bias_n with z_m on a 1/16 grid over [-6, 2) and bias on a
+    1/16 grid, all exact in every dtype and accumulator, so the only rounding
+    is the output's. Where the two GELUs (in float64) differ by more than two
+    output ulps, the output must sit closer to the one it computes (in >95% of
+    those elements; else 'unknown', and the contender is left out).
+    """
+    import torch
+    import torch.nn.functional as F
+    M, K, N = 128, 8, 64
+    a = torch.zeros(M, K, dtype=torch.float64)
+    a[:, 0] = torch.arange(M, dtype=torch.float64) / 16 - 6
+    w = torch.zeros(N, K, dtype=torch.float64)
+    w[:, 0] = 1
+    b = (torch.arange(N, dtype=torch.float64) % 17 - 8) / 16
+    z = torch.addmm(b, a, w.t())
+    try:
+        with torch.no_grad():
+            y = torch._addmm_activation(b.to(device, dtype), a.to(device, dtype),
+                                        w.to(device, dtype).t(), use_gelu=True)
+        y = y.double().cpu()
+    except Exception as e:  # noqa: BLE001
+        print(f"probe of _addmm_activation({dtype}) failed: {_short_err(e)}", file=sys.stderr)
+        return "unknown"
+    erf, tanh = F.gelu(z), F.gelu(z, approximate="tanh")
+    eps = torch.finfo(dtype).eps
+    diff = (erf - tanh).abs()
+    # Far in the negative tail both round to ~0 (1 + erf(x) cancels): compare only
+    # where the forms differ by > 2 output ulps and by > 1% of their largest gap.
+    mask = (diff > 2 * eps * erf.abs()) & (diff > 1e-2 * diff.max()) & (z > -4.5)
+    if int(mask.sum()) < 50:
+        return "unknown"
+    closer_to_erf = ((y - erf).abs() < (y - tanh).abs())[mask].double().mean().item()
+    kind, ref = ("erf", erf) if closer_to_erf > 0.95 else ("tanh", tanh) if closer_to_erf < 0.05 else (None, None)
+    # ...and it must be that GELU everywhere, within a couple of output ulps.
+    if kind is None or (y - ref).abs().max().item() > 2 * eps * ref.abs().max().item():
+        return "unknown"
+    return kind
+
+
+def make_timer(args, device):
+    if device == "cpu":  # --cpu-dry-run only: checks the plumbing, numbers mean little
+        def cpu_time(fn):
+            fn()
+            ts = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1e3)
+            return statistics.median(ts)
+        return cpu_time, "perf_counter median of 3 (CPU dry run)"
+
+    from triton.testing import do_bench
+    params = inspect.signature(do_bench).parameters
+    if "return_mode" in params:
+        def t(fn):
+            return float(do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))
+        how = "median"
+    else:
+        def t(fn):
+            r = do_bench(fn, warmup=args.warmup, rep=args.rep, quantiles=[0.5])
+            return float(r[0] if isinstance(r, (list, tuple)) else r)
+        how = "quantiles=[0.5]"
+    return t, f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, {how})"
+
+
+def _finite_or_str(x):
+    """Keep the JSON strict: a NaN/inf error is stored as the string "inf"."""
+    return x if math.isfinite(x) else "inf"
+
+
+def _short_err(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+
+
+# --------------------------------------------------------------------------- one shape
+
+def bench_shape(group, spec, modes, ctx):
+    import torch
+    import torch_gemm_act as tga
+
+    dev, args, timer = ctx["device"], ctx["args"], ctx["timer"]
+    M, K, N = int(spec["M"]), int(spec["K"]), int(spec["N"])
+    act = spec.get("activation", "gelu")
+    dtype_name = spec.get("dtype", "bfloat16")
+    dtype = getattr(torch, dtype_name)
+
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    if dtype == torch.float32 and "tf32" in spec:
+        # Same setting for every contender (cuBLAS, compile and gemm_act all read it).
+        torch.backends.cuda.matmul.allow_tf32 = bool(spec["tf32"])
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32) if dtype == torch.float32 else None
+    tol = TOLERANCE["float32+tf32" if tf32 else dtype_name]
+
+    rows = []
+    try:
+        g = torch.Generator(device=dev).manual_seed(zlib.crc32(f"{M},{K},{N},{dtype_name},{act}".encode()))
+        # Fresh random inputs, scaled so Z = A W^T + b is O(1) (the activation's
+        # interesting range); never zeros.
+        a = torch.randn(M, K, device=dev, dtype=dtype, generator=g)
+        w = torch.randn(N, K, device=dev, dtype=dtype, generator=g).mul_(K ** -0.5)
+        bias = torch.randn(N, device=dev, dtype=dtype, generator=g).mul_(0.5)
+        gY = (torch.randn(M, N, device=dev, dtype=dtype, generator=g)
+              if "forward_backward" in modes else None)
+        eager = make_eager(act)
+
+        compiled = None
+        if not args.no_compile:
+            # One compiled function per shape, static shapes: reset dynamo so its
+            # cache for this code object holds only this shape's entries (no_grad
+            # and grad), far below the recompile limit, and guards stay cheap.
+            torch.compiler.reset()
+            compiled = torch.compile(eager, dynamic=False, mode=ctx["compile_mode"])
+
+        # The cuBLASLt fused epilogue, only where it computes exactly this activation.
+        addmm = None
+        if act == "relu":
+            addmm = ("torch._addmm_activation(use_gelu=False)",
+                     lambda: torch._addmm_activation(bias, a, w.t(), use_gelu=False))
+        elif act in ("gelu", "gelu_tanh"):
+            kind = ctx["addmm_gelu"].get(dtype_name)
+            if kind is None:
+                kind = ctx["addmm_gelu"][dtype_name] = probe_addmm_gelu(dtype, dev)
+            if (act, kind) in (("gelu", "erf"), ("gelu_tanh", "tanh")):
+                addmm = ("torch._addmm_activation(use_gelu=True)",
+                         lambda: torch._addmm_activation(bias, a, w.t(), use_gelu=True))
+            elif act == "gelu" and kind == "tanh" and args.addmm_tanh_for_gelu:
+                # Opt-in: a different function (tanh GELU standing in for erf GELU),
+                # timed for its speed only; the row records that.
+                addmm = ("torch._addmm_activation(use_gelu=True) [tanh GELU, not erf: speed reference only]",
+                         lambda: torch._addmm_activation(bias, a, w.t(), use_gelu=True))
+        elif act == "none":
+            addmm = ("torch.addmm", lambda: torch.addmm(bias, a, w.t()))
+
+        for mode in modes:
+            row = {"group": group, "M": M, "K": K, "N": N, "dtype": dtype_name, "activation": act,
+                   "mode": mode, "ms": {}}
+            if tf32 is not None:
+                row["tf32"] = tf32
+                row["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+            row["tol"] = tol
+            errors, unverified, errs = {}, {}, {}
+
+            # ---- contenders of this mode: name -> zero-argument callable; in
+            # forward_backward the callables return (y, dA, dW, dbias)
+            fns = {}
+            if mode == "forward_backward":
+                def mm3():
+                    with torch.no_grad():
+                        return torch.mm(a, w.t()), torch.mm(gY, w), torch.mm(gY.t(), a)
+                fns["torch_mm"] = mm3
+            else:
+                def mm1():
+                    with torch.no_grad():
+                        return torch.mm(a, w.t())
+                fns["torch_mm"] = mm1
+
+            if mode == "inference":
+                grad_ctx = torch.no_grad
+                ins = (a, w, bias)
+            else:
+                grad_ctx = torch.enable_grad
+                ins = tuple(t.detach().requires_grad_(True) for t in (a, w, bias))
+
+            def gemm_act_fwd(x, wt, b):
+                return tga.linear_act(x, wt, b, activation=act)
+
+            fwd = {"eager": eager, "gemm_act": gemm_act_fwd}
+            if compiled is not None:
+                fwd["compile"] = compiled
+
+            for name, f in fwd.items():
+                if mode == "forward_backward":
+                    def run(f=f):
+                        y = f(*ins)
+                        return (y,) + tuple(torch.autograd.grad(y, ins, gY))
+                else:
+                    def run(f=f):
+                        return f(*ins)
+                fns[name] = run
+            if mode == "inference" and addmm is not None:
+                fns["addmm_activation"] = addmm[1]
+                row["addmm_activation_fn"] = addmm[0]
+
+            order = [c for c in CONTENDERS if c in fns]
+
+            with grad_ctx():
+                # ---- correctness first, against eager in the same mode
+                ref = None
+                try:
+                    ref = fns["eager"]()
+                    ref = ref if isinstance(ref, tuple) else (ref,)
+                except Exception as e:  # noqa: BLE001
+                    errors["eager"] = _short_err(e)
+                for name in order:
+                    if name in ("torch_mm", "eager"):
+                        continue
+                    try:
+                        t0 = time.perf_counter()
+                        out = fns[name]()
+                        if dev == "cuda":
+                            torch.cuda.synchronize()
+                        if name == "compile":
+                            row["compile_s"] = round(time.perf_counter() - t0, 2)
+                        out = out if isinstance(out, tuple) else (out,)
+                        if ref is not None:
+                            parts = [rel_err(o, r) for o, r in zip(out, ref)]
+                            errs[name] = max(parts)
+                            if name == "gemm_act" and len(parts) == 4:
+                                row["grad_rel_err"] = dict(zip(("y", "a", "weight", "bias"), parts))
+                        del out
+                    except Exception as e:  # noqa: BLE001
+                        errors[name] = _short_err(e)
+                del ref
+
+                # ---- timings
+                for name in order:
+                    if name in errors:
+                        continue
+                    try:
+                        ms = timer(fns[name])
+                    except Exception as e:  # noqa: BLE001
+                        errors[name] = _short_err(e)
+                        if dev == "cuda":
+                            torch.cuda.empty_cache()
+                        continue
+                    if name in errs and not errs[name] <= tol:
+                        unverified[name] = ms   # wrong results don't get to look fast
+                    else:
+                        row["ms"][name] = ms
+
+            if "gemm_act" in errs:
+                row["max_rel_err"] = _finite_or_str(errs["gemm_act"])
+                row["correct"] = bool(errs["gemm_act"] <= tol)
+            if "grad_rel_err" in row:
+                row["grad_rel_err"] = {k: _finite_or_str(v) for k, v in row["grad_rel_err"].items()}
+            others = {k: _finite_or_str(v) for k, v in errs.items() if k != "gemm_act"}
+            if others:
+                row["max_rel_err_others"] = others
+            if unverified:
+                row["ms_unverified"] = unverified
+            if errors:
+                row["errors"] = errors
+            rows.append(row)
+            _progress(row)
+            del fns, ins
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    return rows
+
+
+def _progress(row):
+    ms = row["ms"]
+    parts = [f"{c}={ms[c]:.3f}" for c in CONTENDERS if c in ms]
+    extra = ""
+    if "max_rel_err" in row:
+        e = row["max_rel_err"]
+        extra += f" err={e:.1e}" if isinstance(e, float) else f" err={e}"
+        extra += "" if row.get("correct") else " WRONG"
+    if "ms_unverified" in row:
+        extra += f" unverified={sorted(row['ms_unverified'])}"
+    if "errors" in row:
+        extra += f" errors={row['errors']}"
+    if "compile_s" in row:
+        extra += f" compile={row['compile_s']}s"
+    print(f"  {summarize.shape_label(row):<17} {summarize.dtype_label(row):<9} {row['activation']:<10} "
+          f"{row['mode']:<16} ms: " + " ".join(parts) + extra, flush=True)
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="torch_gemm_act benchmark (see the module docstring)")
+    p.add_argument("--quick", action="store_true", help="inference + forward only (no forward_backward)")
+    p.add_argument("--out", default=os.path.join(HERE, "results"), help="directory for the JSON and PNG")
+    p.add_argument("--shapes", default=None,
+                   help="shapes JSON (default: ../shared/shapes.json from the repo root, else bench/shapes.json)")
+    p.add_argument("--max-autotune", action="store_true",
+                   help="compile with mode='max-autotune-no-cudagraphs' (slow to compile; "
+                        "no CUDA graphs, so every contender is measured the same way)")
+    p.add_argument("--addmm-tanh-for-gelu", action="store_true",
+                   help="also time torch._addmm_activation(use_gelu=True) in 'gelu' (erf) rows although "
+                        "on CUDA it computes the tanh GELU (marked in the row's addmm_activation_fn)")
+    p.add_argument("--no-compile", action="store_true", help="leave the torch.compile contender out")
+    p.add_argument("--groups", nargs="+", default=None, help="only these groups of shapes.json")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="only these modes")
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--cpu-dry-run", action="store_true",
+                   help="for testing this script only: run on the CPU (give a tiny --shapes file)")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+
+    if args.cpu_dry_run:
+        device = "cpu"
+    elif torch.cuda.is_available():
+        device = "cuda"
+    else:
+        print("bench.py: no CUDA GPU available (torch.cuda.is_available() is False); "
+              "nothing to benchmark. Exiting without running.")
+        return 0
+
+    shapes_path = args.shapes or default_shapes_path()
+    groups = load_shapes(shapes_path)
+    if args.groups:
+        missing = set(args.groups) - set(groups)
+        if missing:
+            raise SystemExit(f"no such group(s) in {shapes_path}: {sorted(missing)}; have {sorted(groups)}")
+        groups = {k: v for k, v in groups.items() if k in args.groups}
+
+    import torch_gemm_act  # noqa: F401  - fail early, before any timing, if it isn't built
+
+    if device == "cuda":
+        import triton
+        triton_version = triton.__version__
+        device_name = torch.cuda.get_device_name()
+    else:
+        triton_version = None
+        device_name = "cpu (dry run)"
+    timer, timer_desc = make_timer(args, device)
+    compile_mode = "max-autotune-no-cudagraphs" if args.max_autotune else None
+    commit, csrc_tree, ids_from, dirty = source_ids()
+
+    stamp = datetime.datetime.now(datetime.timezone.utc)
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{stamp.strftime('%Y%m%dT%H%M%SZ')}_{commit[:7] if commit else 'unknown'}")
+    json_path, png_path = base + ".json", base + ".png"
+
+    ctx = {"device": device, "args": args, "timer": timer, "compile_mode": compile_mode, "addmm_gelu": {}}
+    results = {
+        "commit": commit,
+        "csrc_tree": csrc_tree,
+        "device": device_name,
+        "torch": torch.__version__,
+        "rows": [],
+        "meta": {
+            "created_utc": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "complete": False,
+            "ids_from": ids_from,
+            "source_dirty": dirty,
+            "cuda": torch.version.cuda,
+            "triton": triton_version,
+            "timer": timer_desc,
+            "compile_mode": compile_mode or "default",
+            "quick": args.quick,
+            "addmm_tanh_for_gelu": args.addmm_tanh_for_gelu,
+            "shapes": os.path.relpath(shapes_path, REPO),
+            "addmm_activation_gelu": ctx["addmm_gelu"],
+            "notes": [
+                "ms: median over runs with the L2 cache flushed before each run.",
+                "torch_mm: torch.mm(a, w.t()) alone; in forward_backward the three GEMMs of a "
+                "linear's forward and backward (Y = A W^T, dA = gY W, dW = gY^T A).",
+                "addmm_activation: torch._addmm_activation(bias, a, w.t(), use_gelu) only where it "
+                "computes the row's activation exactly (on CUDA use_gelu=True is the tanh GELU, so "
+                "not in 'gelu' (erf) rows; see meta.addmm_activation_gelu); torch.addmm for 'none'; "
+                "inference mode only.",
+                "compile: torch.compile(eager, dynamic=False" +
+                (", mode='max-autotune-no-cudagraphs')" if compile_mode else ") in default mode") +
+                "; its first-call time is compile_s.",
+                "max_rel_err: gemm_act vs eager in the same mode, max|diff| / max|eager| over Y "
+                "(and dA, dW, dbias in forward_backward); rows beyond tol list the time in "
+                "ms_unverified instead of ms.",
+            ],
+        },
+    }
+
+    def save():
+        tmp = json_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1, allow_nan=False)
+        os.replace(tmp, json_path)
+
+    print(f"device: {device_name} · torch {torch.__version__} · triton {triton_version} · "
+          f"commit {commit} ({ids_from}) · csrc {csrc_tree}", flush=True)
+    print(f"shapes: {shapes_path} · timer: {timer_desc} · compile: "
+          f"{'off' if args.no_compile else compile_mode or 'default'}", flush=True)
+    t_start = time.perf_counter()
+    for group, specs in groups.items():
+        print(f"[{group}]", flush=True)
+        for spec in specs:
+            modes = modes_for(group, spec, args)
+            if not modes:
+                continue
+            try:
+                results["rows"].extend(bench_shape(group, spec, modes, ctx))
+            except Exception as e:  # noqa: BLE001 - e.g. OOM making inputs; keep going
+                print(f"  {spec}: skipped, {_short_err(e)}", flush=True)
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            save()  # partial results survive a run that gets cut off
+    if not args.no_compile:
+        torch.compiler.reset()
+
+    results["meta"]["complete"] = True
+    results["meta"]["wall_s"] = round(time.perf_counter() - t_start, 1)
+    save()
+    print(f"\nresults: {json_path}")
+    if summarize.plot(results, png_path):
+        print(f"plot:    {png_path}")
+    print(f"wall time: {results['meta']['wall_s']} s\n")
+
+    wrong = [r for r in results["rows"] if r.get("correct") is False]
+    failed = [r for r in results["rows"] if "gemm_act" in r.get("errors", {})]
+    if wrong or failed:
+        print(f"FAILED: {len(wrong)} row(s) with gemm_act beyond tolerance (WRONG), "
+              f"{len(failed)} with gemm_act errors\n")
+    print(summarize.text_table(results))
+    return 1 if wrong or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
