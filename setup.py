@@ -43,7 +43,7 @@ def _extension():
                   "-DGEMM_ACT_WITH_CUDA"]
     return CUDAExtension(
         "torch_gemm_act._C",
-        cpu_sources + _sources("cuda/**/*.cu"),
+        cpu_sources + _sources("cuda/*.cu") + _sources("cuda/simt/*.cu") + _sources("cuda/backward/*.cu"),
         include_dirs=[CSRC],
         define_macros=[("GEMM_ACT_WITH_CUDA", None)],
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
