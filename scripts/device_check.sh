@@ -9,6 +9,8 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TOR
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 
+STEPS="${STEPS:-build sass tests sanitize bench}"
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ==="; }
 status=0
 
@@ -16,6 +18,7 @@ step build
 ( time python3 setup.py build_ext --inplace ) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 tail -3 "$OUT/build.log"
 
+if want sass; then
 step sass
 so=$(ls torch_gemm_act/_C*.so)
 cuobjdump --dump-sass "$so" > "$OUT/sass.txt" 2>/dev/null
@@ -23,15 +26,22 @@ printf 'FFMA %s  DFMA %s  HGMMA %s  LDG.E.128 %s\n' "$(grep -c FFMA "$OUT/sass.t
   "$(grep -c DFMA "$OUT/sass.txt")" "$(grep -c HGMMA "$OUT/sass.txt")" "$(grep -c 'LDG.E.128' "$OUT/sass.txt")"
 grep -E 'Function properties|spill|stack' "$OUT/build.log" | sort | uniq -c | sort -rn | head -5
 rm -f "$OUT/sass.txt"
+fi
 
+if want tests; then
 step tests
 python3 -m pytest -q -x tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 
+if want sanitize; then
 step compute-sanitizer
 compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sweep.py > "$OUT/sanitizer.log" 2>&1
 rc=$?; tail -4 "$OUT/sanitizer.log"; echo "memcheck exit code: $rc"; [ $rc -eq 0 ] || status=1
+fi
 
+if want bench; then
 step bench
 python3 bench/bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+fi
 exit $status

@@ -7,7 +7,7 @@ import torch
 
 import torch_gemm_act as tga
 
-SIZES = [1, 3, 17, 65, 130]
+SIZES = [1, 17, 130]
 
 
 def main():
@@ -15,8 +15,6 @@ def main():
     count = 0
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         for m, k, n in itertools.product(SIZES, SIZES, SIZES):
-            if len({m, k, n}) < 2 and m > 3:
-                continue
             a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
             w = torch.randn(n, k, device=dev, dtype=dtype, requires_grad=True)
             for bias_shape, b in (((n,), w.t()), ((m, 1), w.t().contiguous()), ((), w.t())):
