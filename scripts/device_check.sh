@@ -5,6 +5,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Python's own build settings there name a g++ wrapper whose extensions carry
+# a private copy of libstdc++: a C++ exception thrown from the extension then
+# crashes the process. Build and link with the system's g++ instead.
+export CC="${CC:-gcc}" CXX="${CXX:-g++}" LDSHARED="${LDSHARED:-g++ -shared}"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
@@ -17,6 +22,8 @@ status=0
 step build
 ( time python3 setup.py build_ext --inplace ) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 tail -3 "$OUT/build.log"
+ldd torch_gemm_act/_C*.so | grep -E "libstdc|libgcc"
+python3 scripts/diag/raise_error.py || status=1
 
 if want sass; then
 step sass
