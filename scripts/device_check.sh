@@ -9,7 +9,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # Python's own build settings there name a g++ wrapper whose extensions carry
 # a private copy of libstdc++: a C++ exception thrown from the extension then
 # crashes the process. Build and link with the system's g++ instead.
-export CC="${CC:-gcc}" CXX="${CXX:-g++}" LDSHARED="${LDSHARED:-g++ -shared}"
+if [ -x /usr/bin/g++ ]; then
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED="/usr/bin/g++ -shared"
+fi
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
