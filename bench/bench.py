@@ -68,6 +68,11 @@ MODES = summarize.MODES
 # ulps of the largest value; fp32 exact FMA: summation order only; TF32: 10-bit
 # mantissa products.
 TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float32+tf32": 1e-2, "float64": 1e-10}
+# Gradients of relu / leaky_relu in fp16/bf16: gemm_act rounds Z once from
+# fp32, eager rounds the GEMM's output and then adds the bias, so a few
+# pre-activations within an ulp of 0 land on the other side of the kink and
+# their whole gY flips in or out of dZ (measured: ~3e-2 normwise in dA, dW).
+KINK_GRAD_TOLERANCE = 6e-2
 
 
 # --------------------------------------------------------------------------- helpers
@@ -258,6 +263,8 @@ def bench_shape(group, spec, modes, ctx):
         torch.backends.cuda.matmul.allow_tf32 = bool(spec["tf32"])
     tf32 = bool(torch.backends.cuda.matmul.allow_tf32) if dtype == torch.float32 else None
     tol = TOLERANCE["float32+tf32" if tf32 else dtype_name]
+    kinked = act in ("relu", "leaky_relu") and dtype_name in ("float16", "bfloat16")
+    grad_tol = KINK_GRAD_TOLERANCE if kinked else tol
 
     rows = []
     try:
@@ -306,6 +313,8 @@ def bench_shape(group, spec, modes, ctx):
                 row["tf32"] = tf32
                 row["float32_matmul_precision"] = torch.get_float32_matmul_precision()
             row["tol"] = tol
+            if grad_tol != tol:
+                row["grad_tol"] = grad_tol
             errors, unverified, errs = {}, {}, {}
 
             # ---- contenders of this mode: name -> zero-argument callable; in
@@ -372,9 +381,10 @@ def bench_shape(group, spec, modes, ctx):
                         out = out if isinstance(out, tuple) else (out,)
                         if ref is not None:
                             parts = [rel_err(o, r) for o, r in zip(out, ref)]
-                            errs[name] = max(parts)
                             if name == "gemm_act" and len(parts) == 4:
                                 row["grad_rel_err"] = dict(zip(("y", "a", "weight", "bias"), parts))
+                            # Gradients are judged by grad_tol, expressed in units of tol.
+                            errs[name] = max([parts[0]] + [p_ * tol / grad_tol for p_ in parts[1:]])
                         del out
                     except Exception as e:  # noqa: BLE001
                         errors[name] = _short_err(e)
