@@ -4,10 +4,17 @@ Environment:
   TORCH_CUDA_ARCH_LIST  archs to build for (default "8.0;9.0")
   MAX_JOBS              parallel compile jobs (ninja)
   GEMM_ACT_CPU_ONLY=1   skip the CUDA kernels even when nvcc is present
+  GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
+  GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
+                        else the `nvidia-cutlass` wheel's cutlass_library/source/include)
 """
 
+import concurrent.futures
 import glob
+import importlib.util
 import os
+import subprocess
+import sys
 
 from setuptools import find_packages, setup
 
@@ -32,6 +39,65 @@ def _want_cuda():
     return CUDA_HOME is not None and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
 
 
+def _want_sm90():
+    if os.environ.get("GEMM_ACT_NO_SM90", "0") == "1":
+        return False
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "8.0;9.0").replace(" ", ";").split(";")
+    return any(a.startswith("9.0") for a in archs)
+
+
+def _cutlass_include():
+    candidates = [os.environ.get("GEMM_ACT_CUTLASS_INCLUDE"), os.path.join(ROOT, ".deps", "cutlass", "include")]
+    # The nvidia-cutlass wheel ships the headers inside cutlass_library; find
+    # the folder without importing it (its Python side needs more packages).
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [os.path.join(p, "source", "include") for p in spec.submodule_search_locations]
+    for path in candidates:
+        if path and os.path.exists(os.path.join(path, "cute", "tensor.hpp")):
+            return path
+    raise RuntimeError(
+        "torch_gemm_act: the Hopper kernels need CUTLASS's headers and none were found. "
+        "Install them with `pip install nvidia-cutlass` (or point GEMM_ACT_CUTLASS_INCLUDE at a "
+        "CUTLASS include folder), or build without them with GEMM_ACT_NO_SM90=1."
+    )
+
+
+def _compile_sm90_objects(build_temp):
+    """The sm_90a kernels (csrc/cuda/sm90/sm90_inst_*.cu): compiled here, for
+    sm_90a only and without torch's flags, then linked in as objects."""
+    include = _cutlass_include()
+    abi = int(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
+    headers = glob.glob(os.path.join(CSRC, "cuda", "sm90", "*.h*")) + glob.glob(os.path.join(CSRC, "*.h"))
+    newest_header = max(os.path.getmtime(h) for h in headers)
+    nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
+    host = ["-ccbin", os.environ["CXX"]] if os.environ.get("CXX") else []
+    jobs = []
+    for src in sorted(glob.glob(os.path.join(CSRC, "cuda", "sm90", "sm90_inst_*.cu"))):
+        obj = os.path.join(build_temp, "sm90", os.path.basename(src) + ".o")
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        if not os.path.exists(obj) or os.path.getmtime(obj) < max(newest_header, os.path.getmtime(src)):
+            jobs.append([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+                         "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
+                         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", CSRC, "-I", include, "-c", src, "-o", obj])
+        yield obj
+    workers = max(1, int(os.environ.get("MAX_JOBS", os.cpu_count() or 1)))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for cmd, result in zip(jobs, pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), jobs)):
+            print(" ".join(cmd[-3:]), flush=True)
+            if result.returncode != 0:
+                sys.stderr.write(result.stdout + result.stderr)
+                raise RuntimeError(f"torch_gemm_act: nvcc failed on {cmd[-3]}")
+
+
+class BuildExtensionWithSm90(BuildExtension):
+    def build_extensions(self):
+        for ext in self.extensions:
+            if ("GEMM_ACT_WITH_SM90", None) in ext.define_macros:
+                ext.extra_objects = list(_compile_sm90_objects(self.build_temp))
+        super().build_extensions()
+
+
 def _extension():
     cxx_flags = ["-O3"]  # the C++ standard comes from torch (C++17 or C++20 by version)
     cpu_sources = _sources("*.cpp") + _sources("cpu/**/*.cpp")
@@ -41,11 +107,20 @@ def _extension():
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
     nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo",
                   "-DGEMM_ACT_WITH_CUDA"]
+    cuda_sources = _sources("cuda/*.cu") + _sources("cuda/simt/*.cu") + _sources("cuda/backward/*.cu")
+    macros = [("GEMM_ACT_WITH_CUDA", None)]
+    if _want_sm90():
+        _cutlass_include()  # fail early, with how to get the headers
+        # The entry (PyTorch side, no CUTLASS) builds here; the kernels come
+        # from _compile_sm90_objects.
+        cuda_sources += _sources("cuda/sm90/sm90_gemm_act.cu")
+        macros.append(("GEMM_ACT_WITH_SM90", None))
+        nvcc_flags.append("-DGEMM_ACT_WITH_SM90")
     return CUDAExtension(
         "torch_gemm_act._C",
-        cpu_sources + _sources("cuda/*.cu") + _sources("cuda/simt/*.cu") + _sources("cuda/backward/*.cu"),
+        cpu_sources + cuda_sources,
         include_dirs=[CSRC],
-        define_macros=[("GEMM_ACT_WITH_CUDA", None)],
+        define_macros=macros,
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     )
 
@@ -56,7 +131,7 @@ setup(
     description="Fused GEMM + bias + activation for PyTorch (CPU and CUDA)",
     packages=find_packages(include=["torch_gemm_act", "torch_gemm_act.*"]),
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": BuildExtensionWithSm90},
     python_requires=">=3.9",
     install_requires=["torch>=2.5"],
 )

@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q "torch==2.14.1" numpy pytest ninja "setuptools>=64" wheel
+# CUTLASS's headers for the Hopper kernels (only the headers are used).
+python3 -m pip install -q --no-deps "nvidia-cutlass==4.2.0.0"
 MAX_JOBS="${MAX_JOBS:-$(nproc)}" python3 -m pip install -q --no-build-isolation -e .

@@ -172,3 +172,38 @@ def test_return_preact_and_no_grad_store_nothing_extra(device):
     assert isinstance(y, torch.Tensor) and y.shape == (8, 8)
     y, z = tga.gemm_act(a, w.t(), activation="gelu", return_preact=True)
     assert_close(z, a.detach().double() @ w.detach().double().t(), torch.float32)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b_layout", ["weight_t", "row_major"])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_tensor_core_shapes(activation, bias_kind, dtype, b_layout, with_c, device):
+    """Shapes the tensor-core kernels take (16-byte aligned K and N, several
+    tiles with ragged edges), with Y and Z checked."""
+    m, k, n = 300, 264, 392
+    a, w = random_operands(m, k, n, dtype, device)
+    b = w.t() if b_layout == "weight_t" else w.t().contiguous()
+    bias = make_bias(bias_kind, (m, n), dtype, device)
+    c = torch.randn(m, n, dtype=dtype, device=device) if with_c else None
+    beta = 0.5 if with_c else 0.0
+    y, z = tga.gemm_act(a, b, bias, c, activation=activation, alpha=1.5, beta=beta,
+                        negative_slope=0.1, return_preact=True)
+    y_ref, z_ref = reference64(a, b, bias, c, activation, 1.5, beta, 0.1)
+    assert_close(z, z_ref, dtype)
+    assert_close(y, y_ref, dtype)
+    y_only = tga.gemm_act(a, b, bias, c, activation=activation, alpha=1.5, beta=beta, negative_slope=0.1)
+    assert torch.equal(y_only, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,k,n", [("large_odd", 0, 0), (64, 256, 128), (1, 8, 4096), (129, 72, 136)])
+def test_aligned_and_misaligned_large(dtype, m, k, n, device):
+    if m == "large_odd":  # the benchmark's unaligned shape; smaller on the CPU
+        m, k, n = (8191, 4095, 4097) if device == "cuda" else (1023, 1001, 517)
+    a, w = random_operands(m, k, n, dtype, device)
+    bias = make_bias("column", (m, n), dtype, device)
+    y = tga.linear_act(a, w, bias, "gelu_tanh")
+    y_ref, _ = reference64(a, w.t(), bias, activation="gelu_tanh")
+    assert_close(y, y_ref, dtype)

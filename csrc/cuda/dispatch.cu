@@ -13,6 +13,9 @@
 
 #include "backends.h"
 #include "cuda/simt/simt_gemm_act.h"
+#ifdef GEMM_ACT_WITH_SM90
+#include "cuda/sm90/sm90_gemm_act.h"
+#endif
 #include "gemm_act.h"
 
 namespace gemm_act {
@@ -55,13 +58,6 @@ enum class ForwardKernel {
   kSimt,  // csrc/cuda/simt: any arch, dtype, strides and alignment
 };
 
-const char* kernel_name(ForwardKernel kernel) {
-  switch (kernel) {
-    case ForwardKernel::kSimt: return "simt";
-  }
-  return "?";
-}
-
 // The single place that picks the forward kernel. Later: the sm90 (wgmma +
 // TMA) and sm80 (mma.sync) tensor-core kernels by arch (props->major), dtype
 // (fp16/bf16, fp32 with TF32 allowed), alignment and shape, falling back to
@@ -87,12 +83,17 @@ void gemm_act_cuda(const GemmActArgs& args) {
   const c10::cuda::CUDAGuard device_guard(args.y.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::ScalarType dtype = args.y.scalar_type();
-  const ForwardKernel kernel = select_forward_kernel(args);
-
   char label[192];
-  std::snprintf(label, sizeof(label), "gemm_act M=%" PRId64 " K=%" PRId64 " N=%" PRId64 " %s %s [%s]",
-                p.m, p.k, p.n, dtype_name(dtype), activation_name(p.activation), kernel_name(kernel));
+  std::snprintf(label, sizeof(label), "gemm_act M=%" PRId64 " K=%" PRId64 " N=%" PRId64 " %s %s",
+                p.m, p.k, p.n, dtype_name(dtype), activation_name(p.activation));
   const NvtxRange range(label);
+
+#ifdef GEMM_ACT_WITH_SM90
+  // The Hopper tensor-core kernel takes every case it can (sm_90, fp16/bf16,
+  // what TMA can address) and declines the rest, which fall through.
+  if (sm90::try_gemm_act(args, stream)) return;
+#endif
+  const ForwardKernel kernel = select_forward_kernel(args);
 
   switch (dtype) {
     case at::kFloat: launch_forward<float>(kernel, p, stream); break;

@@ -1,0 +1,504 @@
+// The sm_90a kernel: CUTLASS 3 collectives (TMA loads into a multi-stage
+// shared-memory pipeline, wgmma, producer/consumer warp specialisation, a
+// persistent tile scheduler with grouped rasterisation) and this project's
+// epilogue, written as a CUTLASS epilogue visitor tree (EVT):
+//
+//     z = alpha * acc + beta * C + bias      fp32, in registers
+//     Z = z                                  TMA store, skipped when Z is null
+//     Y = Act<kAct>::forward(z, slope)       TMA store (the kernel's D)
+//
+// The activation is a template parameter (one kernel each, no per-element
+// branch); the bias kind, C and Z are run-time and uniform per launch:
+//  - bias per column or scalar: CUTLASS's row broadcast with a run-time
+//    vector/scalar stride (bias[n] or bias[0]) staged through shared memory;
+//  - bias per row: CUTLASS's column broadcast (bias[m], straight to registers);
+//  - C: read by this file's GmemSourceFetch straight from global memory into
+//    registers, with any strides, only when C exists. The kernel's own TMA
+//    source path is switched off (ElementC = void): it would reserve shared
+//    memory for C in every launch and cost the mainloop a pipeline stage, for
+//    an operand the nn.Linear case never has.
+//
+// Only the instantiation files (sm90_inst_*.cu) include this header.
+#pragma once
+
+// CUTLASS's device code asserts (e.g. k_tile_count >= 1) compile to calls of
+// __assertfail, and a call inside the mainloop serialises the wgmma pipeline
+// (ptxas C7510). The entry never passes a case those asserts guard against.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+
+// CUTLASS's sm100 headers (pulled in by the builders) capture `this`
+// implicitly, which C++20 deprecates: not this project's code to change.
+#pragma nv_diag_suppress 2908
+
+#include <cstdint>
+#include <mutex>
+
+// The sm90 pieces of CUTLASS by name, rather than its umbrella headers
+// (gemm/collective/collective_builder.hpp, gemm/kernel/gemm_universal.hpp,
+// gemm/device/gemm_universal_adapter.h) that bring every architecture's
+// collectives along; the launch below replaces the device-level adapter.
+#include <cute/tensor.hpp>
+#include <cutlass/cluster_launch.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/device_kernel.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/builders/sm90_gmma_builder.inl>
+#include <cutlass/gemm/collective/collective_builder_decl.hpp>
+#include <cutlass/gemm/collective/collective_mma_decl.hpp>
+#include <cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal_decl.h>
+#include <cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp>
+#include <cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_pingpong.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "activations.h"
+#include "cuda/sm90/sm90_launch.h"
+#include "gemm_act.h"
+
+#if !defined(CUTLASS_ARCH_MMA_SM90_SUPPORTED)
+#error "the sm90 kernels need CUDA 12.0+ (CUTLASS_ARCH_MMA_SM90_SUPPORTED)"
+#endif
+
+// A device pass for compute capability 9.0 that is not the arch-specific
+// sm_90a would compile CUTLASS's kernel body to a stub that only prints an
+// error: fail the build instead. Compile these files with
+// -gencode arch=compute_90a,code=sm_90a (and for no other architecture).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "csrc/cuda/sm90 must be compiled for sm_90a only: -gencode arch=compute_90a,code=sm_90a"
+#endif
+
+namespace gemm_act {
+namespace sm90 {
+namespace detail {
+
+using namespace cute;
+namespace fusion = cutlass::epilogue::fusion;
+
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// ---------------------------------------------------------------------------
+// Compute functors for fusion::Sm90Compute. Sm90Compute instantiates
+// Fn<float> to find Fn::Arguments (the run-time parameters, passed to every
+// call) and calls Fn<Array<float, N>> on fragments.
+// ---------------------------------------------------------------------------
+
+// z = alpha * acc + beta * c + row + col, in the order of the shared epilogue
+// (csrc/cuda/epilogue): terms that do not exist are not added at all, so z is
+// bit-for-bit alpha * acc when there is neither C nor bias (-0.0 included).
+struct PreactArguments {
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  bool has_c = false;
+  bool has_row_bcast = false;  // bias per column or scalar (bias[n] / bias[0])
+  bool has_col_bcast = false;  // bias per row (bias[m])
+};
+
+template <class T>
+struct PreactFn {
+  using Arguments = PreactArguments;
+
+  template <int N>
+  CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& acc,
+                                                     cutlass::Array<float, N> const& c,
+                                                     cutlass::Array<float, N> const& row,
+                                                     cutlass::Array<float, N> const& col,
+                                                     Arguments const& args) const {
+    cutlass::Array<float, N> z;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) z[i] = args.alpha * acc[i];
+    if (args.has_c) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) z[i] += args.beta * c[i];
+    }
+    if (args.has_row_bcast) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) z[i] += row[i];
+    }
+    if (args.has_col_bcast) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) z[i] += col[i];
+    }
+    return z;
+  }
+};
+
+// y = Act<kAct>::forward(z, slope): activations.h is the single source of the
+// formula; this only adapts it to CUTLASS's fragment-wise functor interface.
+struct ActArguments {
+  float negative_slope = 0.01f;
+};
+
+template <Activation kAct>
+struct ActEpilogue {
+  template <class T>
+  struct Fn {
+    using Arguments = ActArguments;
+
+    template <int N>
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& z,
+                                                       Arguments const& args) const {
+      cutlass::Array<float, N> y;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) y[i] = Act<kAct>::forward(z[i], args.negative_slope);
+      return y;
+    }
+  };
+};
+
+// ---------------------------------------------------------------------------
+// GmemSourceFetch: an EVT leaf that returns C (as float) for the fragment
+// being visited, or zeros when there is no C. Each thread reads exactly the
+// elements its accumulator fragment covers, straight from global memory with
+// the residue predicate (no shared memory, no TMA, any strides and alignment),
+// one epilogue subtile at a time at the start of that subtile.
+// ---------------------------------------------------------------------------
+template <class Element>
+struct GmemSourceFetch {
+  struct SharedStorage {};
+
+  struct Arguments {
+    Element const* ptr = nullptr;  // null: no C
+    int64_t stride_m = 0;
+    int64_t stride_n = 0;
+  };
+
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args,
+                                                  void*) {
+    return args;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*,
+                                              cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE GmemSourceFetch() {}
+
+  CUTLASS_HOST_DEVICE GmemSourceFetch(Params const& params, SharedStorage const&)
+      : params_ptr(&params) {}
+
+  Params const* params_ptr = nullptr;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(fusion::ProducerLoadArgs<Args...> const&) {
+    return fusion::EmptyProducerLoadCallbacks{};
+  }
+
+  template <class GTensor, class CTensor, class Residue, class RTensor>
+  struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(GTensor tCgC_, CTensor tCcC_, Residue residue_,
+                                          RTensor tCrC_, bool enabled_)
+        : tCgC(tCgC_), tCcC(tCcC_), residue(residue_), tCrC(tCrC_), enabled(enabled_) {}
+
+    GTensor tCgC;      // (CPY,CPY_M,CPY_N,EPI_M,EPI_N) C in global memory
+    CTensor tCcC;      // (CPY,CPY_M,CPY_N,EPI_M,EPI_N) coordinates, relative
+    Residue residue;   // (m, n) bound of those coordinates
+    RTensor tCrC;      // (CPY,CPY_M,CPY_N) this subtile's C in registers
+    bool enabled;
+
+    CUTLASS_DEVICE void begin_loop(int epi_m, int epi_n) {
+      if (!enabled) return;
+      Tensor gC = tCgC(_, _, _, epi_m, epi_n);
+      Tensor cC = tCcC(_, _, _, epi_m, epi_n);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tCrC); ++i) {
+        tCrC(i) = elem_less(cC(i), residue) ? Element(gC(i)) : Element(0);
+      }
+    }
+
+    template <class ElementAccumulator, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(
+        cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int, int) {
+      cutlass::Array<float, FragmentSize> out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        out[i] = enabled ? static_cast<float>(tCrC(epi_v * FragmentSize + i)) : 0.0f;
+      }
+      return out;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(fusion::ConsumerStoreArgs<Args...> const& args) {
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    Tensor mC = make_tensor(make_gmem_ptr(params_ptr->ptr), make_shape(M, N, L),
+                            make_stride(params_ptr->stride_m, params_ptr->stride_n, int64_t(0)));
+    Tensor tCgC = fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+        mC, args.tile_shape_mnk, args.tile_coord_mnkl, args.epi_tile, args.tiled_copy,
+        args.thread_idx);                                                // (CPY,CPY_M,CPY_N,EPI_M,EPI_N)
+    Tensor tCrC = make_tensor<Element>(take<0, 3>(shape(tCgC)));        // (CPY,CPY_M,CPY_N)
+    return ConsumerStoreCallbacks<decltype(tCgC), decltype(args.tCcD), decltype(args.residue_tCcD),
+                                  decltype(tCrC)>(tCgC, args.tCcD, args.residue_tCcD, tCrC,
+                                                  params_ptr->ptr != nullptr);
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Tile configuration.
+// ---------------------------------------------------------------------------
+
+// 128x256x64 CTA tile, two consumer warpgroups each owning 64x256 of it
+// (cooperative), a cluster of two CTAs along N sharing (multicasting) the A
+// tile; 4 pipeline stages fit beside the epilogue's shared memory. Cluster
+// 1x2 and 2x1 measured the same on the training shapes (8192x16384x4096,
+// gelu + Z: 1.959 vs 1.963 ms); 1x1 no better (1.982).
+struct ConfigCooperative128x256 {
+  using TileShape = Shape<_128, _256, _64>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using EpilogueTile = Shape<_128, _32>;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+
+// Ping-pong: each consumer warpgroup owns a whole 128x128 tile and the two
+// alternate, so one's epilogue overlaps the other's mainloop (its epilogue
+// runs on 128 threads instead of 256, which loses where the activation is
+// expensive and K short: see sm90_heuristic.h).
+struct ConfigPingpong128x128 {
+  using TileShape = Shape<_128, _128, _64>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using EpilogueTile = Shape<_64, _32>;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+
+template <Dtype kDtype>
+struct ElementOf;
+template <>
+struct ElementOf<Dtype::F16> {
+  using type = cutlass::half_t;
+};
+template <>
+struct ElementOf<Dtype::BF16> {
+  using type = cutlass::bfloat16_t;
+};
+
+template <Dtype kDtype, BLayout kB, Activation kAct, class Config>
+struct GemmActKernel {
+  using Element = typename ElementOf<kDtype>::type;
+  using ElementAccumulator = float;
+  using ElementCompute = float;
+
+  using LayoutA = cutlass::layout::RowMajor;  // A [M, K], K contiguous
+  using LayoutB = cute::conditional_t<kB == BLayout::KMajor, cutlass::layout::ColumnMajor,
+                                      cutlass::layout::RowMajor>;
+  using LayoutD = cutlass::layout::RowMajor;  // Y, Z [M, N] contiguous
+  static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;  // 16 bytes
+
+  using TileShape = typename Config::TileShape;
+  using ClusterShape = typename Config::ClusterShape;
+  using EpilogueSchedule = typename Config::EpilogueSchedule;
+
+  // The epilogue's subtile, stage counts and the Z store's shared-memory
+  // layout, resolved the way the epilogue builder resolves them.
+  using EpiDesc = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+      TileShape, typename Config::EpilogueTile, void, Element, EpilogueSchedule>;
+  using AuxDesc =
+      cutlass::epilogue::collective::detail::AuxStoreDescriptor<EpiDesc, LayoutD, Element>;
+  using EpilogueTile = typename EpiDesc::EpilogueTile;
+
+  // The EVT, leaves first.
+  using SourceC = GmemSourceFetch<Element>;
+  using RowBcast = fusion::Sm90RowBroadcast<0, TileShape, Element, ElementCompute,
+                                            Stride<_0, bool, int64_t>>;  // bias[n] or bias[0]
+  using ColBcast = fusion::Sm90ColBroadcast<0, TileShape, Element, ElementCompute,
+                                            Stride<_1, _0, int64_t>, /*Alignment=*/1>;  // bias[m]
+  using Preact = fusion::Sm90EVT<fusion::Sm90Compute<PreactFn, ElementCompute, ElementCompute, kRound>,
+                                 fusion::Sm90AccFetch, SourceC, RowBcast, ColBcast>;
+  using StoreZ = fusion::Sm90EVT<
+      fusion::Sm90AuxStore<AuxDesc::Stages, EpilogueTile, Element, kRound,
+                           typename AuxDesc::Stride, typename AuxDesc::SmemLayoutAtom,
+                           typename AuxDesc::CopyOpR2S, kAlignment, /*EnableNullptr=*/true>,
+      Preact>;
+  using Callbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<ActEpilogue<kAct>::template Fn, Element, ElementCompute, kRound>, StoreZ>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
+      ElementAccumulator, ElementCompute,
+      void, LayoutD, kAlignment,     // no TMA source: C comes through SourceC
+      Element, LayoutD, kAlignment,  // D = Y
+      EpilogueSchedule, Callbacks>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, LayoutA, kAlignment,
+      Element, LayoutB, kAlignment,
+      ElementAccumulator, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue,
+                                                      typename Config::TileScheduler>;
+};
+
+inline cutlass::gemm::kernel::detail::RasterOrderOptions to_cutlass(Raster r) {
+  using R = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  switch (r) {
+    case Raster::AlongM:
+      return R::AlongM;
+    case Raster::AlongN:
+      return R::AlongN;
+    default:
+      return R::Heuristic;
+  }
+}
+
+}  // namespace detail
+
+namespace detail {
+
+template <class Config, Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult run_kernel(const LaunchArgs& la) {
+  using namespace cute;
+  using K = GemmActKernel<kDtype, kB, kAct, Config>;
+  using Element = typename K::Element;
+  using Kernel = typename K::Kernel;
+
+  const GemmActParams& p = *la.params;
+  const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+
+  using StrideA = typename Kernel::StrideA;  // (M, K, L)
+  using StrideB = typename Kernel::StrideB;  // (N, K, L)
+  using StrideC = typename Kernel::StrideC;
+  using StrideD = typename Kernel::StrideD;  // (M, N, L)
+  StrideA stride_a{p.a_stride_m, _1{}, int64_t(0)};
+  StrideB stride_b{};
+  if constexpr (kB == BLayout::KMajor) {
+    stride_b = StrideB{p.b_stride_n, _1{}, int64_t(0)};
+  } else {
+    stride_b = StrideB{_1{}, p.b_stride_k, int64_t(0)};
+  }
+  StrideD stride_d{static_cast<int64_t>(n), _1{}, int64_t(0)};
+
+  const BiasKind bias_kind = p.bias == nullptr ? BiasKind::None : p.bias_kind;
+  const bool row_bcast = bias_kind == BiasKind::PerColumn || bias_kind == BiasKind::Scalar;
+  const bool col_bcast = bias_kind == BiasKind::PerRow;
+  const auto* bias = static_cast<const Element*>(p.bias);
+
+  // EVT arguments nest like the tree: {child arguments..., node arguments}.
+  typename K::Callbacks::Arguments epilogue_args{
+      {      // StoreZ
+       {     // Preact
+        {},  // acc
+        {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},  // C
+        {row_bcast ? bias : nullptr, Element(0),
+         {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},          // bias[n] / bias[0]
+        {col_bcast ? bias : nullptr, Element(0), {}},                    // bias[m]
+        {static_cast<float>(p.alpha), static_cast<float>(p.beta), p.c != nullptr, row_bcast,
+         col_bcast}},
+       {static_cast<Element*>(p.z), {static_cast<int64_t>(n), _1{}, int64_t(0)}}},  // Z
+      {static_cast<float>(p.negative_slope)}};                                     // act
+
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.device_id = la.device;
+  hw_info.sm_count = la.sm_count;
+
+  typename Kernel::TileSchedulerArguments scheduler_args;
+  scheduler_args.max_swizzle_size = la.max_swizzle;
+  scheduler_args.raster_order = to_cutlass(la.raster);
+
+  typename Kernel::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {m, n, k, 1},
+      {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b), stride_b},
+      {epilogue_args, nullptr, StrideC{}, static_cast<Element*>(p.y), stride_d},
+      hw_info,
+      scheduler_args};
+
+  if (!Kernel::can_implement(args)) {
+    return {LaunchStatus::kNotImplementable, cudaSuccess, "can_implement"};
+  }
+
+  void* workspace = nullptr;
+  const size_t workspace_bytes = Kernel::get_workspace_size(args);
+  if (workspace_bytes > 0) {
+    workspace = la.alloc_workspace(la.alloc_ctx, workspace_bytes);
+  }
+  if (Kernel::initialize_workspace(args, workspace, la.stream) != cutlass::Status::kSuccess) {
+    return {LaunchStatus::kError, cudaGetLastError(), "initialize_workspace"};
+  }
+  // Builds the TMA descriptors (host side, through the driver entry point).
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+
+  // More than 48 KiB of dynamic shared memory needs an opt-in, once per
+  // device (the attribute lives in the device's context).
+  constexpr int kSmemBytes = Kernel::SharedStorageSize;
+  const void* kernel_fn = reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>);
+  constexpr int kMaxDevices = 64;
+  static std::once_flag smem_once[kMaxDevices];
+  cudaError_t attr_error = cudaSuccess;
+  auto set_smem = [&] {
+    attr_error = cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      kSmemBytes);
+  };
+  if (la.device >= 0 && la.device < kMaxDevices) {
+    std::call_once(smem_once[la.device], set_smem);
+  } else {
+    set_smem();
+  }
+  if (attr_error != cudaSuccess) {
+    cudaGetLastError();
+    return {LaunchStatus::kError, attr_error, "cudaFuncSetAttribute"};
+  }
+
+  const dim3 block = Kernel::get_block_shape();
+  const dim3 grid = Kernel::get_grid_shape(params);
+  const dim3 cluster(size<0>(typename K::ClusterShape{}), size<1>(typename K::ClusterShape{}),
+                     size<2>(typename K::ClusterShape{}));
+  void* kernel_params[] = {&params};
+  if (cutlass::ClusterLauncher::launch(grid, cluster, block, kSmemBytes, la.stream, kernel_fn,
+                                       kernel_params) != cutlass::Status::kSuccess) {
+    return {LaunchStatus::kError, cudaGetLastError(), "kernel launch"};
+  }
+  return {LaunchStatus::kOk, cudaSuccess, ""};
+}
+
+}  // namespace detail
+
+// Column-major B (weight.t(), the nn.Linear case) gets both configurations;
+// row-major B only the cooperative one, which keeps the build shorter (each
+// configuration adds about a minute of compile time per file) for a layout
+// that is rarer and for which ping-pong's gains (3-5%) are small.
+template <Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_gemm_act(const LaunchArgs& la) {
+  if constexpr (kB == BLayout::KMajor) {
+    if (la.config == KernelConfig::kPingpong128x128) {
+      return detail::run_kernel<detail::ConfigPingpong128x128, kDtype, kB, kAct>(la);
+    }
+  }
+  return detail::run_kernel<detail::ConfigCooperative128x256, kDtype, kB, kAct>(la);
+}
+
+#define GEMM_ACT_SM90_INSTANTIATE(DT, BL, ACT) \
+  template LaunchResult launch_gemm_act<DT, BL, ACT>(const LaunchArgs&);
+
+}  // namespace sm90
+}  // namespace gemm_act

@@ -1,0 +1,84 @@
+// Which sm90 kernel configuration and tile order a problem gets. No
+// autotuning at call time: a few rules, each from measurements on an H100
+// SXM (132 SMs) of bf16 Y = gelu(A @ W^T + b) with Z stored, against each
+// other and torch.mm in the same run (numbers in the comments are ms).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/sm90/sm90_launch.h"
+#include "gemm_act.h"
+
+namespace gemm_act {
+namespace sm90 {
+
+struct TileGeometry {
+  int tile_m, tile_n, cluster_m, cluster_n;
+};
+
+inline TileGeometry tile_geometry(KernelConfig config) {
+  switch (config) {
+    case KernelConfig::kPingpong128x128:
+      return {128, 128, 1, 2};
+    case KernelConfig::kCooperative128x256:
+    default:
+      return {128, 256, 1, 2};
+  }
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Fills la.config, la.raster and la.max_swizzle for the problem in `p`.
+// `pingpong_compiled`: whether the ping-pong configuration exists for this
+// case (it does for column-major B only, see sm90_gemm_act_kernel.cuh).
+inline void choose_launch(const GemmActParams& p, bool pingpong_compiled, LaunchArgs& la) {
+  // 1. Tile configuration.
+  //  - Small M (inference): the weight read is the whole cost and the
+  //    128x128 tiles give twice the CTAs streaming it (M = 128, N = 16384,
+  //    K = 4096: ping-pong 0.0745, cooperative 0.0775).
+  //  - Wide N at moderate K: ping-pong's overlap of one tile's epilogue with
+  //    the other's mainloop wins (8192x16384x4096: 1.537 vs 1.600;
+  //    4096x11008x4096: 0.522 vs 0.551).
+  //  - Otherwise cooperative: long K (8192x4096x16384: 1.43 vs 1.59), square
+  //    (4096^3: 0.211 vs 0.225) and short K with an expensive activation,
+  //    where both warpgroups running the epilogue together matters most
+  //    (32768x3072x768: 0.389 vs 0.476; 16384x4096x1024: 0.303 vs 0.335).
+  const bool small_m = p.m <= 256;
+  const bool wide_n = p.n >= 8192 && p.k <= 8192;
+  la.config = pingpong_compiled && (small_m || wide_n) ? KernelConfig::kPingpong128x128
+                                                       : KernelConfig::kCooperative128x256;
+  const TileGeometry g = tile_geometry(la.config);
+
+  // 2. Raster order: walk along the dimension of the smaller operand, so the
+  //    tiles of the larger one that a wave of CTAs shares stay few. CUTLASS's
+  //    own heuristic compares tile counts instead, and with equal counts
+  //    (8192x16384 in 128x256 tiles: 64 x 64) it walks along N and re-reads
+  //    all of the 128 MiB weight every wave (1.97 against 1.67 along M).
+  const bool along_m = p.n > p.m;
+  la.raster = along_m ? Raster::AlongM : Raster::AlongN;
+
+  // 3. Grouped rasterisation (swizzle): when the operand that every wave
+  //    streams whole (A along M, B along N) is larger than the 50 MiB L2,
+  //    walking in bands of 2 clusters keeps a wave's share of it in L2
+  //    (8192x16384x4096:
+  //    1.61 vs 1.67 cooperative, 1.54 vs 1.84 ping-pong). Wider bands
+  //    measured no better. CUTLASS rounds both tile-grid sides up to a
+  //    multiple of band x cluster and runs the extra tiles, so a band that
+  //    would add tiles is not used (32768x3072 with bands of 4: +33% tiles,
+  //    0.51 against 0.39).
+  const int64_t tiles_m = ceil_div(p.m, g.tile_m);
+  const int64_t tiles_n = ceil_div(p.n, g.tile_n);
+  const int64_t streamed_bytes = (along_m ? p.m : p.n) * p.k * 2;  // fp16 / bf16
+  constexpr int64_t kL2Bytes = int64_t(48) << 20;
+  la.max_swizzle = 1;
+  if (streamed_bytes > kL2Bytes) {
+    constexpr int kBand = 2;
+    const bool no_extra_tiles =
+        ceil_div(tiles_m, g.cluster_m) == ceil_div(tiles_m, kBand * g.cluster_m) * kBand &&
+        ceil_div(tiles_n, g.cluster_n) == ceil_div(tiles_n, kBand * g.cluster_n) * kBand;
+    if (no_extra_tiles) la.max_swizzle = kBand;
+  }
+}
+
+}  // namespace sm90
+}  // namespace gemm_act

@@ -1,0 +1,96 @@
+// The seam between the sm90 entry (sm90_gemm_act.cu, which sees PyTorch) and
+// the kernel instantiations (sm90_inst_*.cu, which see CUTLASS and nothing of
+// PyTorch, so each compiles without parsing the ATen headers).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm_act.h"
+
+namespace gemm_act {
+namespace sm90 {
+
+// Storage type of A, B, C, bias, Y and Z (all equal); fp32 accumulation.
+enum class Dtype : int { F16 = 0, BF16 = 1 };
+
+// How B [K, N] is laid out: KMajor is column-major, b_stride_k == 1 (the
+// weight.t() of an nn.Linear: a "TN" GEMM); NMajor is row-major, b_stride_n == 1.
+enum class BLayout : int { KMajor = 0, NMajor = 1 };
+
+// Where the persistent scheduler walks the tile grid first (CUTLASS's
+// RasterOrderOptions, spelled out so this header needs no CUTLASS).
+enum class Raster : int { Heuristic = 0, AlongM = 1, AlongN = 2 };
+
+// The two tile configurations compiled for every (dtype, B layout, activation);
+// sm90_heuristic.h says which one a problem gets.
+enum class KernelConfig : int {
+  // 128x256x64 CTA tile, both consumer warpgroups on one tile (64x256 each),
+  // cluster 1x2: the best mainloop for long K and the fastest epilogue
+  // throughput (all 256 consumer threads run it at once).
+  kCooperative128x256 = 0,
+  // 128x128x64 tile per consumer warpgroup, the two warpgroups alternating,
+  // so one's epilogue overlaps the other's mainloop; cluster 1x2. Twice the
+  // tiles: better for small M and for wide N at moderate K. Compiled for
+  // column-major B (the nn.Linear case) only; row-major B runs cooperative.
+  kPingpong128x128 = 1,
+};
+
+// Everything a kernel launch needs beyond the op's parameters. Filled by the
+// entry after it checked that the case is one TMA can take.
+struct LaunchArgs {
+  const GemmActParams* params = nullptr;
+  int device = 0;
+  int sm_count = 0;
+  KernelConfig config = KernelConfig::kCooperative128x256;
+  int max_swizzle = 1;  // grouped rasterisation: bands of 1, 2, 4 or 8 clusters
+  Raster raster = Raster::Heuristic;
+  // Device memory for the kernel's workspace (zero bytes for the persistent
+  // scheduler used today; the hook is here so a stream-K or split-K variant
+  // needs no change of interface). Must stay valid until the kernel ran on
+  // `stream`, which holds for the caching allocator on the current stream.
+  void* (*alloc_workspace)(void* ctx, size_t bytes) = nullptr;
+  void* alloc_ctx = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+enum class LaunchStatus : int {
+  kOk = 0,
+  kNotImplementable,  // CUTLASS's can_implement said no: nothing was launched
+  kError,             // a CUDA error; cudaGetLastError() was read into `error`
+};
+
+struct LaunchResult {
+  LaunchStatus status = LaunchStatus::kOk;
+  cudaError_t error = cudaSuccess;
+  const char* what = "";  // which step failed
+};
+
+// One entry per (dtype, B layout, activation), instantiating its configs;
+// bias kind, C and Z are run-time.
+template <Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_gemm_act(const LaunchArgs& args);
+
+#define GEMM_ACT_SM90_FOR_EACH_ACT(X, DT, BL) \
+  X(DT, BL, ::gemm_act::Activation::None)     \
+  X(DT, BL, ::gemm_act::Activation::ReLU)     \
+  X(DT, BL, ::gemm_act::Activation::LeakyReLU) \
+  X(DT, BL, ::gemm_act::Activation::Tanh)     \
+  X(DT, BL, ::gemm_act::Activation::Sigmoid)  \
+  X(DT, BL, ::gemm_act::Activation::GELU)     \
+  X(DT, BL, ::gemm_act::Activation::GELUTanh) \
+  X(DT, BL, ::gemm_act::Activation::SiLU)
+
+#define GEMM_ACT_SM90_EXTERN(DT, BL, ACT) \
+  extern template LaunchResult launch_gemm_act<DT, BL, ACT>(const LaunchArgs&);
+
+GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::F16, BLayout::KMajor)
+GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::BF16, BLayout::KMajor)
+GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::F16, BLayout::NMajor)
+GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::BF16, BLayout::NMajor)
+
+#undef GEMM_ACT_SM90_EXTERN
+
+}  // namespace sm90
+}  // namespace gemm_act
