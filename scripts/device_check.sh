@@ -39,7 +39,7 @@ fi
 
 if want tests; then
 step tests
-python3 -m pytest -q -x tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -15
+python3 -m pytest -q -x tests -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
