@@ -142,6 +142,22 @@ struct Act<Activation::SiLU> {
   }
 };
 
+// The public name of each activation (DESIGN.md's table).
+constexpr const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::None: return "none";
+    case Activation::ReLU: return "relu";
+    case Activation::LeakyReLU: return "leaky_relu";
+    case Activation::Tanh: return "tanh";
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::GELU: return "gelu";
+    case Activation::GELUTanh: return "gelu_tanh";
+    case Activation::SiLU: return "silu";
+  }
+  return "?";
+}
+constexpr int kNumActivations = 8;
+
 // Whether the backward can use Y instead of Z (then Z is never written).
 constexpr bool grad_from_output(Activation act) {
   switch (act) {

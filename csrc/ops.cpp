@@ -8,7 +8,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
-#include <array>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -21,23 +20,13 @@
 namespace gemm_act {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, Activation>, 8> kActivationNames{{
-    {"none", Activation::None},
-    {"relu", Activation::ReLU},
-    {"leaky_relu", Activation::LeakyReLU},
-    {"tanh", Activation::Tanh},
-    {"sigmoid", Activation::Sigmoid},
-    {"gelu", Activation::GELU},
-    {"gelu_tanh", Activation::GELUTanh},
-    {"silu", Activation::SiLU},
-}};
-
 Activation parse_activation(std::string_view name) {
   std::string known;
-  for (const auto& [known_name, act] : kActivationNames) {
-    if (known_name == name) return act;
+  for (int i = 0; i < kNumActivations; ++i) {
+    const auto act = static_cast<Activation>(i);
+    if (name == activation_name(act)) return act;
     known += known.empty() ? "" : ", ";
-    known += known_name;
+    known += activation_name(act);
   }
   TORCH_CHECK_VALUE(false, "gemm_act: unknown activation '", name, "'; expected one of: ", known);
 }

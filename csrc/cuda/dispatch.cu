@@ -6,12 +6,13 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include <cinttypes>
 #include <cstdio>
 
+#include "activations.h"
 #include "backends.h"
+#include "cuda/common/nvtx_range.h"
 #include "cuda/simt/simt_gemm_act.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
@@ -20,29 +21,6 @@
 
 namespace gemm_act {
 namespace {
-
-// An NVTX range for the lifetime of the object (shows up in Nsight Systems).
-class NvtxRange {
- public:
-  explicit NvtxRange(const char* message) { nvtxRangePushA(message); }
-  ~NvtxRange() { nvtxRangePop(); }
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
-
-const char* activation_name(Activation act) {
-  switch (act) {
-    case Activation::None: return "none";
-    case Activation::ReLU: return "relu";
-    case Activation::LeakyReLU: return "leaky_relu";
-    case Activation::Tanh: return "tanh";
-    case Activation::Sigmoid: return "sigmoid";
-    case Activation::GELU: return "gelu";
-    case Activation::GELUTanh: return "gelu_tanh";
-    case Activation::SiLU: return "silu";
-  }
-  return "?";
-}
 
 const char* dtype_name(at::ScalarType dtype) {
   switch (dtype) {

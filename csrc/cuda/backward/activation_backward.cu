@@ -20,14 +20,15 @@
 #include <c10/util/Exception.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 
+#include "activations.h"
 #include "backends.h"
+#include "cuda/common/nvtx_range.h"
 #include "cuda/backward/activation_backward.h"
 #include "gemm_act.h"
 
@@ -37,29 +38,6 @@ namespace {
 using gpu::backward::BackwardPlan;
 using gpu::backward::ChunkShape;
 using gpu::backward::kThreads;
-
-// An NVTX range for the lifetime of the object (shows up in Nsight Systems).
-class NvtxRange {
- public:
-  explicit NvtxRange(const char* message) { nvtxRangePushA(message); }
-  ~NvtxRange() { nvtxRangePop(); }
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
-
-const char* activation_name(Activation act) {
-  switch (act) {
-    case Activation::None: return "none";
-    case Activation::ReLU: return "relu";
-    case Activation::LeakyReLU: return "leaky_relu";
-    case Activation::Tanh: return "tanh";
-    case Activation::Sigmoid: return "sigmoid";
-    case Activation::GELU: return "gelu";
-    case Activation::GELUTanh: return "gelu_tanh";
-    case Activation::SiLU: return "silu";
-  }
-  return "?";
-}
 
 const char* bias_name(BiasKind kind) {
   switch (kind) {
