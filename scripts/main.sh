@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   python3 bench/bench.py "$@"
 else
