@@ -165,7 +165,7 @@ def test_nan_and_inf_propagate(device):
     assert (y[1] == 1).all()
 
 
-def test_return_preact_and_no_grad_store_nothing_extra(device):
+def test_return_preact_gives_z_and_no_grad_gives_y(device):
     a, w = random_operands(8, 8, 8, torch.float32, device, requires_grad=True)
     with torch.no_grad():
         y = tga.linear_act(a, w, None, "gelu")
