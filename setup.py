@@ -63,6 +63,12 @@ def _cutlass_include():
     )
 
 
+def _sm90_sweep_flags():
+    """GEMM_ACT_SM90_SWEEP=1 compiles extra tile configurations (bf16, none and
+    gelu only) for bench/sm90_sweep.py to measure; never for a release build."""
+    return ["-DGEMM_ACT_SM90_SWEEP"] if os.environ.get("GEMM_ACT_SM90_SWEEP", "0") == "1" else []
+
+
 def _compile_sm90_objects(build_temp):
     """The sm_90a kernels (csrc/cuda/sm90/sm90_inst_*.cu): compiled here, for
     sm_90a only and without torch's flags, then linked in as objects."""
@@ -78,6 +84,7 @@ def _compile_sm90_objects(build_temp):
         os.makedirs(os.path.dirname(obj), exist_ok=True)
         if not os.path.exists(obj) or os.path.getmtime(obj) < max(newest_header, os.path.getmtime(src)):
             jobs.append([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+                         *_sm90_sweep_flags(),
                          "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
                          f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", CSRC, "-I", include, "-c", src, "-o", obj])
         yield obj
@@ -113,9 +120,9 @@ def _extension():
         _cutlass_include()  # fail early, with how to get the headers
         # The entry (PyTorch side, no CUTLASS) builds here; the kernels come
         # from _compile_sm90_objects.
-        cuda_sources += _sources("cuda/sm90/sm90_gemm_act.cu")
+        cuda_sources += [s for s in _sources("cuda/sm90/*.cu") if "sm90_inst_" not in s]
         macros.append(("GEMM_ACT_WITH_SM90", None))
-        nvcc_flags.append("-DGEMM_ACT_WITH_SM90")
+        nvcc_flags += ["-DGEMM_ACT_WITH_SM90", *_sm90_sweep_flags()]
     return CUDAExtension(
         "torch_gemm_act._C",
         cpu_sources + cuda_sources,

@@ -233,7 +233,8 @@ def make_timer(args, device):
             r = do_bench(fn, warmup=args.warmup, rep=args.rep, quantiles=[0.5])
             return float(r[0] if isinstance(r, (list, tuple)) else r)
         how = "quantiles=[0.5]"
-    return t, f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, {how})"
+    return t, (f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, {how}), "
+               f"median of {args.rounds} rounds taken in turns")
 
 
 def _finite_or_str(x):
@@ -390,17 +391,24 @@ def bench_shape(group, spec, modes, ctx):
                         errors[name] = _short_err(e)
                 del ref
 
-                # ---- timings
+                # ---- timings: the contenders take turns, --rounds times, and
+                # each keeps the median of its rounds, so a clock that drifts
+                # over the run (power, heat) costs them all alike.
+                rounds = {name: [] for name in order}
+                for _ in range(args.rounds):
+                    for name in order:
+                        if name in errors:
+                            continue
+                        try:
+                            rounds[name].append(timer(fns[name]))
+                        except Exception as e:  # noqa: BLE001
+                            errors[name] = _short_err(e)
+                            if dev == "cuda":
+                                torch.cuda.empty_cache()
                 for name in order:
                     if name in errors:
                         continue
-                    try:
-                        ms = timer(fns[name])
-                    except Exception as e:  # noqa: BLE001
-                        errors[name] = _short_err(e)
-                        if dev == "cuda":
-                            torch.cuda.empty_cache()
-                        continue
+                    ms = statistics.median(rounds[name])
                     if name in errs and not errs[name] <= tol:
                         unverified[name] = ms   # wrong results don't get to look fast
                     else:
@@ -462,7 +470,9 @@ def parse_args(argv):
     p.add_argument("--groups", nargs="+", default=None, help="only these groups of shapes.json")
     p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="only these modes")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--rep", type=int, default=40, help="do_bench repetition time per round, ms")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="times each contender is measured, taking turns (median kept)")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="for testing this script only: run on the CPU (give a tiny --shapes file)")
     return p.parse_args(argv)

@@ -49,6 +49,22 @@ compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_sw
 rc=$?; tail -4 "$OUT/sanitizer.log"; echo "memcheck exit code: $rc"; [ $rc -eq 0 ] || status=1
 fi
 
+if want sweep; then
+step "sm90 configurations (needs a GEMM_ACT_SM90_SWEEP=1 build)"
+python3 bench/sm90_sweep.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
+fi
+
+if want ncu; then
+step "ncu of the sm90 kernel: NCU_CASES='M,K,N,act,z[,config] ...'"
+for spec in ${NCU_CASES:-16384,1024,4096,gelu,1}; do
+  IFS=, read -r m k n act z cfg <<< "$spec"
+  TORCH_GEMM_ACT_SM90_CONFIG="${cfg:-}" ncu --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats -k regex:device_kernel --launch-skip 2 --launch-count 1 \
+    python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z" > "$OUT/ncu_${spec//,/_}.txt" 2>&1
+  echo "$spec:"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_${spec//,/_}.txt" | head -12
+done
+fi
+
 if want bench; then
 step bench
 python3 bench/bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60

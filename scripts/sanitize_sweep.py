@@ -26,8 +26,22 @@ def main():
     # Strided / unaligned views.
     base = torch.randn(70, 71, device=dev)
     y = tga.gemm_act(base[1:, 1:40], base[3:42, 2:69], None, activation="relu")
+    count += 1
+    # fp32 with TF32 allowed (the sm90 TF32 kernel), and misaligned cases
+    # above the staging threshold (aligned copies, then the sm90 kernel).
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for dtype in (torch.float32, torch.bfloat16):
+        for m, k, n in ((17, 136, 136), (520, 509, 260), (521, 512, 265)):
+            a = torch.randn(m, k, device=dev, dtype=dtype)
+            w = torch.randn(n, k, device=dev, dtype=dtype)
+            c = torch.randn(m, n, device=dev, dtype=dtype)
+            for bias_shape in ((n,), (m, 1)):
+                bias = torch.randn(bias_shape, device=dev, dtype=dtype)
+                tga.gemm_act(a, w.t(), bias, c, activation="silu", beta=0.5, return_preact=True)
+                count += 1
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.cuda.synchronize()
-    print(f"sanitize sweep: {count + 1} problems ran")
+    print(f"sanitize sweep: {count} problems ran")
 
 
 if __name__ == "__main__":

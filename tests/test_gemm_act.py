@@ -207,3 +207,81 @@ def test_aligned_and_misaligned_large(dtype, m, k, n, device):
     y = tga.linear_act(a, w, bias, "gelu_tanh")
     y_ref, _ = reference64(a, w.t(), bias, activation="gelu_tanh")
     assert_close(y, y_ref, dtype)
+
+
+# Cases the Hopper kernel cannot read in place but takes through aligned
+# copies (csrc/cuda/sm90/sm90_staging.h), each above its size threshold of
+# 2^26 multiply-adds: K not a 16-byte multiple (A, B), N not one (B, Y, Z,
+# the bias and C), and a row stride that is not (A a column slice).
+STAGED_SHAPES = {
+    "odd_k_and_n": (520, 509, 260),
+    "odd_n": (520, 512, 265),
+    "sliced_a": (520, 512, 264),
+}
+
+
+@pytest.mark.parametrize("case", list(STAGED_SHAPES))
+@pytest.mark.parametrize("activation", ["gelu", "silu", "relu"])
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("with_c", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_misaligned_operands_above_staging_threshold(case, activation, bias_kind, with_c, dtype,
+                                                     device):
+    m, k, n = STAGED_SHAPES[case]
+    a, w = random_operands(m, k, n, dtype, device)
+    if case == "sliced_a":  # the same values, one element off alignment, row stride K + 1
+        a = torch.cat([a[:, :1], a], dim=1)[:, 1:]
+        assert a.stride() == (k + 1, 1)
+    bias = make_bias(bias_kind, (m, n), dtype, device)
+    c = torch.randn(m, n, dtype=dtype, device=device) if with_c else None
+    beta = -0.5 if with_c else 0.0
+    y, z = tga.gemm_act(a, w.t(), bias, c, activation=activation, alpha=1.25, beta=beta,
+                        return_preact=True)
+    y_ref, z_ref = reference64(a, w.t(), bias, c, activation, 1.25, beta)
+    assert y.is_contiguous() and z.is_contiguous()
+    assert_close(z, z_ref, dtype)
+    assert_close(y, y_ref, dtype)
+
+
+TF32_TOL = (2e-3, 2e-3)  # TF32 keeps 10 mantissa bits of each input
+
+
+@pytest.fixture(params=["allow_tf32", "precision_high"])
+def tf32_allowed(request):
+    """PyTorch's two ways of allowing TF32 for fp32 matmuls, restored after."""
+    prev = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    if request.param == "allow_tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    else:
+        torch.set_float32_matmul_precision("high")
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = prev[0]
+    torch.set_float32_matmul_precision(prev[1])
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("b_layout", ["weight_t", "row_major"])
+@pytest.mark.parametrize("m,k,n", [(300, 264, 392), (520, 509, 260)])
+def test_float32_with_tf32_allowed(activation, b_layout, m, k, n, tf32_allowed, device):
+    """fp32 where TF32 is allowed: the tensor-core kernel on sm90 (row-major B
+    and misaligned shapes through aligned copies); exact elsewhere."""
+    dtype = torch.float32
+    a, w = random_operands(m, k, n, dtype, device)
+    b = w.t() if b_layout == "weight_t" else w.t().contiguous()
+    bias = make_bias("column", (m, n), dtype, device)
+    c = torch.randn(m, n, dtype=dtype, device=device)
+    y, z = tga.gemm_act(a, b, bias, c, activation=activation, alpha=0.5, beta=2.0,
+                        return_preact=True)
+    y_ref, z_ref = reference64(a, b, bias, c, activation, 0.5, 2.0)
+    for out, ref in ((z, z_ref), (y, y_ref)):
+        torch.testing.assert_close(out.double().cpu(), ref, rtol=TF32_TOL[0], atol=TF32_TOL[1])
+
+
+def test_float32_is_exact_when_tf32_is_not_allowed(device):
+    """The default: fp32 GEMMs that the TF32 kernel could take stay exact."""
+    assert not torch.backends.cuda.matmul.allow_tf32
+    assert torch.get_float32_matmul_precision() == "highest"
+    a, w = random_operands(512, 512, 512, torch.float32, device)
+    y = tga.linear_act(a, w, None, "none")
+    y_ref, _ = reference64(a, w.t())
+    assert_close(y, y_ref, torch.float32)

@@ -1,8 +1,13 @@
 // gemm_act_cuda: the CUDA forward's entry point. Sets the device and stream,
-// opens an NVTX range, picks the kernel and launches it.
+// opens an NVTX range, picks the kernel and launches it. This is the one
+// place that chooses a kernel (by arch, dtype, alignment and shape):
 //
-// select_forward_kernel() is the one place that chooses a kernel (by arch,
-// dtype, alignment and shape); today every problem goes to the SIMT kernel.
+//  1. sm90 (csrc/cuda/sm90): TMA + wgmma on compute capability 9.0, for
+//     fp16/bf16, and fp32 where PyTorch allows TF32. It takes operands TMA
+//     can address directly, and large cases it cannot through aligned
+//     copies (sm90_staging.h); it declines the rest.
+//  2. SIMT (csrc/cuda/simt): any arch, dtype, strides and alignment: exact
+//     fp32, fp64, small misaligned cases, and every GPU without sm90.
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -32,26 +37,6 @@ const char* dtype_name(at::ScalarType dtype) {
   }
 }
 
-enum class ForwardKernel {
-  kSimt,  // csrc/cuda/simt: any arch, dtype, strides and alignment
-};
-
-// The single place that picks the forward kernel. Later: the sm90 (wgmma +
-// TMA) and sm80 (mma.sync) tensor-core kernels by arch (props->major), dtype
-// (fp16/bf16, fp32 with TF32 allowed), alignment and shape, falling back to
-// SIMT for anything they cannot take.
-ForwardKernel select_forward_kernel(const GemmActArgs& /*args*/) { return ForwardKernel::kSimt; }
-
-template <class Element>
-void launch_forward(ForwardKernel kernel, const GemmActParams& params, cudaStream_t stream) {
-  switch (kernel) {
-    case ForwardKernel::kSimt:
-      gpu::simt::launch_simt_gemm_act<Element>(params, stream);
-      return;
-  }
-  TORCH_INTERNAL_ASSERT(false, "gemm_act: unknown forward kernel");
-}
-
 }  // namespace
 
 void gemm_act_cuda(const GemmActArgs& args) {
@@ -67,17 +52,13 @@ void gemm_act_cuda(const GemmActArgs& args) {
   const NvtxRange range(label);
 
 #ifdef GEMM_ACT_WITH_SM90
-  // The Hopper tensor-core kernel takes every case it can (sm_90, fp16/bf16,
-  // what TMA can address) and declines the rest, which fall through.
   if (sm90::try_gemm_act(args, stream)) return;
 #endif
-  const ForwardKernel kernel = select_forward_kernel(args);
-
   switch (dtype) {
-    case at::kFloat: launch_forward<float>(kernel, p, stream); break;
-    case at::kDouble: launch_forward<double>(kernel, p, stream); break;
-    case at::kHalf: launch_forward<__half>(kernel, p, stream); break;
-    case at::kBFloat16: launch_forward<__nv_bfloat16>(kernel, p, stream); break;
+    case at::kFloat: gpu::simt::launch_simt_gemm_act<float>(p, stream); break;
+    case at::kDouble: gpu::simt::launch_simt_gemm_act<double>(p, stream); break;
+    case at::kHalf: gpu::simt::launch_simt_gemm_act<__half>(p, stream); break;
+    case at::kBFloat16: gpu::simt::launch_simt_gemm_act<__nv_bfloat16>(p, stream); break;
     default: TORCH_CHECK(false, "gemm_act: no CUDA kernel for dtype ", dtype);
   }
 }

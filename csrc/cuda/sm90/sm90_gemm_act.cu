@@ -1,8 +1,10 @@
-// The sm90 entry: decides whether the TMA + wgmma kernel can take a case,
-// picks its launch options and runs it. The kernels themselves live in
+// The sm90 entry: decides whether the TMA + wgmma kernel can take a case
+// (directly, or through aligned copies: sm90_staging.h), picks its launch
+// options and runs it. The kernels themselves live in
 // sm90_inst_<dtype>_<b layout>.cu; this file sees PyTorch and no CUTLASS.
 #include "cuda/sm90/sm90_gemm_act.h"
 
+#include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,23 +14,18 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "activations.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
+#include "cuda/sm90/sm90_staging.h"
+#include "cuda/sm90/sm90_tma_rules.h"
 
 namespace gemm_act {
 namespace sm90 {
 namespace {
-
-// TMA reads and writes whole 16-byte granules: every base pointer and every
-// non-unit stride must be a multiple of 16 bytes (8 fp16/bf16 elements), and
-// so must the extent of each contiguous dimension (CUTLASS's can_implement
-// asks the same of K, and of N for Y, Z and a row-major B).
-constexpr int64_t kAlignElems = 8;
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 struct DeviceInfo {
   bool is_sm90 = false;  // exactly compute capability 9.0: what an sm_90a cubin runs on
@@ -84,56 +81,45 @@ LaunchResult launch(const LaunchArgs& la, Activation act) {
   return result;
 }
 
-}  // namespace
+LaunchResult launch(Dtype dtype, BLayout layout, const LaunchArgs& la, Activation act) {
+  switch (dtype) {
+    case Dtype::BF16:
+      return layout == BLayout::KMajor ? launch<Dtype::BF16, BLayout::KMajor>(la, act)
+                                       : launch<Dtype::BF16, BLayout::NMajor>(la, act);
+    case Dtype::F16:
+      return layout == BLayout::KMajor ? launch<Dtype::F16, BLayout::KMajor>(la, act)
+                                       : launch<Dtype::F16, BLayout::NMajor>(la, act);
+    case Dtype::F32:
+      TORCH_INTERNAL_ASSERT(layout == BLayout::KMajor, "gemm_act: TF32 needs a K-major B");
+      return launch<Dtype::F32, BLayout::KMajor>(la, act);
+  }
+  return {LaunchStatus::kNotImplementable, cudaSuccess, "dtype"};
+}
 
-bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
-  const GemmActParams& p = args.params;
-  if (disabled_by_env() || !args.a.defined() || !args.a.is_cuda()) return false;
-
-  Dtype dtype;
-  switch (args.a.scalar_type()) {
+// The storage type of a case the sm90 kernel computes the way torch.mm
+// would: fp16/bf16 always, fp32 only where PyTorch's matmul precision setting
+// allows TF32 (torch.backends.cuda.matmul.allow_tf32 /
+// torch.set_float32_matmul_precision); exact fp32 and fp64 go elsewhere.
+std::optional<Dtype> sm90_dtype(at::ScalarType type) {
+  switch (type) {
     case at::kHalf:
-      dtype = Dtype::F16;
-      break;
+      return Dtype::F16;
     case at::kBFloat16:
-      dtype = Dtype::BF16;
-      break;
+      return Dtype::BF16;
+    case at::kFloat:
+      if (at::globalContext().allowTF32CuBLAS()) return Dtype::F32;
+      return std::nullopt;
     default:
-      return false;
+      return std::nullopt;
   }
+}
 
-  const int device = args.a.get_device();
-  const DeviceInfo& info = device_info(device);
-  if (!info.is_sm90) return false;
+int64_t element_bytes(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
 
-  // Sizes: K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return false;
-  if (p.k % kAlignElems != 0 || p.n % kAlignElems != 0) return false;
-
-  // A [M, K]: K contiguous, rows 16-byte aligned and not overlapping.
-  if (p.a_stride_k != 1 || p.a_stride_m % kAlignElems != 0 || p.a_stride_m < p.k ||
-      !aligned16(p.a)) {
-    return false;
-  }
-
-  // B [K, N]: one of the two dimensions contiguous, the other a 16-byte
-  // multiple no smaller than the contiguous extent.
-  BLayout layout;
-  if (p.b_stride_k == 1 && p.b_stride_n % kAlignElems == 0 && p.b_stride_n >= p.k) {
-    layout = BLayout::KMajor;
-  } else if (p.b_stride_n == 1 && p.b_stride_k % kAlignElems == 0 && p.b_stride_k >= p.n) {
-    layout = BLayout::NMajor;
-  } else {
-    return false;
-  }
-  if (!aligned16(p.b)) return false;
-
-  // Y and Z: contiguous [M, N] (ld = N, a multiple of 8 as checked above).
-  if (!aligned16(p.y) || (p.z != nullptr && !aligned16(p.z))) return false;
-  // C (any strides, any alignment) and the bias (contiguous, any alignment)
-  // are read element-wise by the epilogue: nothing to check.
-
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+// Launches on operands TMA can address (checked by the caller).
+bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device,
+                const DeviceInfo& info, cudaStream_t stream) {
+  const GemmActParams& p = args.params;
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la;
   la.params = &p;
@@ -142,19 +128,49 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   la.alloc_workspace = &alloc_workspace;
   la.alloc_ctx = &workspace;
   la.stream = stream;
-  choose_launch(p, /*pingpong_compiled=*/layout == BLayout::KMajor, la);
+  const bool pingpong_compiled = layout == BLayout::KMajor && dtype != Dtype::F32;
+  choose_launch(p, element_bytes(dtype), pingpong_compiled, la);
 
-  LaunchResult result;
-  if (dtype == Dtype::BF16) {
-    result = layout == BLayout::KMajor ? launch<Dtype::BF16, BLayout::KMajor>(la, p.activation)
-                                       : launch<Dtype::BF16, BLayout::NMajor>(la, p.activation);
-  } else {
-    result = layout == BLayout::KMajor ? launch<Dtype::F16, BLayout::KMajor>(la, p.activation)
-                                       : launch<Dtype::F16, BLayout::NMajor>(la, p.activation);
-  }
+  const LaunchResult result = launch(dtype, layout, la, p.activation);
   if (result.status == LaunchStatus::kNotImplementable) return false;
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_act: the sm90 kernel failed at ",
               result.what, ": ", cudaGetErrorString(result.error));
+  return true;
+}
+
+}  // namespace
+
+bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
+  const GemmActParams& p = args.params;
+  if (disabled_by_env() || !args.a.defined() || !args.a.is_cuda()) return false;
+  const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
+  if (!dtype.has_value()) return false;
+
+  const int device = args.a.get_device();
+  const DeviceInfo& info = device_info(device);
+  if (!info.is_sm90) return false;
+  // K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return false;
+
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  const int64_t align = 16 / element_bytes(*dtype);
+  // wgmma reads TF32 operands K-major only.
+  const bool n_major_b_ok = *dtype != Dtype::F32;
+  const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
+  if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
+    return run_direct(args, *dtype, *layout, device, info, stream);
+  }
+  if (!worth_staging(p)) return false;
+  const StagedCase staged = stage_operands(args, align, n_major_b_ok);
+  const std::optional<BLayout> staged_layout = b_fits_tma(staged.args.params, align, n_major_b_ok);
+  TORCH_INTERNAL_ASSERT(staged_layout.has_value() && a_fits_tma(staged.args.params, align) &&
+                            outputs_fit_tma(staged.args.params, align),
+                        "gemm_act: staging left an operand TMA cannot read");
+  // CUTLASS declining a staged case would waste the copies; it cannot, since
+  // the staged operands meet every rule it checks.
+  TORCH_CHECK(run_direct(staged.args, *dtype, *staged_layout, device, info, stream),
+              "gemm_act: the sm90 kernel declined a staged case");
+  copy_out(staged);
   return true;
 }
 

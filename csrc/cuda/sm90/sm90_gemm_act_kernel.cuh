@@ -260,17 +260,23 @@ struct GmemSourceFetch {
 // Tile configuration.
 // ---------------------------------------------------------------------------
 
-// 128x256x64 CTA tile, two consumer warpgroups each owning 64x256 of it
+// The K extent of a tile is one 128-byte swizzle row of the element type:
+// 64 fp16/bf16 or 32 fp32 (TF32) elements.
+template <class Element>
+using TileK = Int<128 * 8 / cutlass::sizeof_bits<Element>::value>;
+
+// 128x256 CTA tile, two consumer warpgroups each owning 64x256 of it
 // (cooperative), a cluster of two CTAs along N sharing (multicasting) the A
 // tile; 4 pipeline stages fit beside the epilogue's shared memory. Cluster
 // 1x2 and 2x1 measured the same on the training shapes (8192x16384x4096,
 // gelu + Z: 1.959 vs 1.963 ms); 1x1 no better (1.982).
+template <class Element, class EpiTile = Shape<_128, _32>>
 struct ConfigCooperative128x256 {
-  using TileShape = Shape<_128, _256, _64>;
+  using TileShape = Shape<_128, _256, TileK<Element>>;
   using ClusterShape = Shape<_1, _2, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using EpilogueTile = Shape<_128, _32>;
+  using EpilogueTile = EpiTile;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
 
@@ -278,14 +284,29 @@ struct ConfigCooperative128x256 {
 // alternate, so one's epilogue overlaps the other's mainloop (its epilogue
 // runs on 128 threads instead of 256, which loses where the activation is
 // expensive and K short: see sm90_heuristic.h).
+template <class Element, class EpiTile = Shape<_64, _32>, class Cluster = Shape<_1, _2, _1>,
+          class TileMN = Shape<_128, _128>>
 struct ConfigPingpong128x128 {
-  using TileShape = Shape<_128, _128, _64>;
-  using ClusterShape = Shape<_1, _2, _1>;
+  using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
+  using ClusterShape = Cluster;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  using EpilogueTile = Shape<_64, _32>;
+  using EpilogueTile = EpiTile;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
+
+#ifdef GEMM_ACT_SM90_SWEEP
+// 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
+template <class Element>
+struct ConfigCooperative256x128 {
+  using TileShape = Shape<_256, _128, TileK<Element>>;
+  using ClusterShape = Shape<_2, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using EpilogueTile = Shape<_128, _32>;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+#endif
 
 template <Dtype kDtype>
 struct ElementOf;
@@ -296,6 +317,10 @@ struct ElementOf<Dtype::F16> {
 template <>
 struct ElementOf<Dtype::BF16> {
   using type = cutlass::bfloat16_t;
+};
+template <>
+struct ElementOf<Dtype::F32> {
+  using type = float;  // the collective builder multiplies float as TF32
 };
 
 template <Dtype kDtype, BLayout kB, Activation kAct, class Config>
@@ -483,18 +508,50 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 
 }  // namespace detail
 
-// Column-major B (weight.t(), the nn.Linear case) gets both configurations;
-// row-major B only the cooperative one, which keeps the build shorter (each
-// configuration adds about a minute of compile time per file) for a layout
-// that is rarer and for which ping-pong's gains (3-5%) are small.
+// fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get both
+// configurations; row-major B and fp32 only the cooperative one, which keeps
+// the build shorter (each configuration adds about a minute of compile time
+// per file) for cases that are rarer and for which ping-pong's gains (3-5%)
+// are small.
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_gemm_act(const LaunchArgs& la) {
-  if constexpr (kB == BLayout::KMajor) {
+  using Element = typename detail::ElementOf<kDtype>::type;
+  static_assert(kDtype != Dtype::F32 || kB == BLayout::KMajor,
+                "wgmma reads TF32 operands K-major only");
+  if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F32) {
     if (la.config == KernelConfig::kPingpong128x128) {
-      return detail::run_kernel<detail::ConfigPingpong128x128, kDtype, kB, kAct>(la);
+      return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
     }
+#ifdef GEMM_ACT_SM90_SWEEP
+    if constexpr (kDtype == Dtype::BF16 &&
+                  (kAct == Activation::None || kAct == Activation::GELU)) {
+      using namespace cute;
+      switch (la.config) {
+        case KernelConfig::kCooperative128x256Epi64:
+          return detail::run_kernel<
+              detail::ConfigCooperative128x256<Element, Shape<_128, _64>>, kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong128x128Epi64:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, _64>>, kDtype, kB, kAct>(la);
+        case KernelConfig::kCooperative256x128:
+          return detail::run_kernel<detail::ConfigCooperative256x128<Element>, kDtype, kB, kAct>(
+              la);
+        case KernelConfig::kPingpong64x128:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
+                                            Shape<_64, _128>>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong128x128Cluster1:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _1, _1>>, kDtype,
+              kB, kAct>(la);
+        default:
+          break;
+      }
+    }
+#endif
   }
-  return detail::run_kernel<detail::ConfigCooperative128x256, kDtype, kB, kAct>(la);
+  return detail::run_kernel<detail::ConfigCooperative128x256<Element>, kDtype, kB, kAct>(la);
 }
 
 #define GEMM_ACT_SM90_INSTANTIATE(DT, BL, ACT) \

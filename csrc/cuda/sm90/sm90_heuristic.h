@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "cuda/sm90/sm90_launch.h"
 #include "gemm_act.h"
@@ -20,6 +21,16 @@ inline TileGeometry tile_geometry(KernelConfig config) {
   switch (config) {
     case KernelConfig::kPingpong128x128:
       return {128, 128, 1, 2};
+#ifdef GEMM_ACT_SM90_SWEEP
+    case KernelConfig::kPingpong128x128Epi64:
+      return {128, 128, 1, 2};
+    case KernelConfig::kCooperative256x128:
+      return {256, 128, 2, 1};
+    case KernelConfig::kPingpong64x128:
+      return {64, 128, 1, 2};
+    case KernelConfig::kPingpong128x128Cluster1:
+      return {128, 128, 1, 1};
+#endif
     case KernelConfig::kCooperative128x256:
     default:
       return {128, 256, 1, 2};
@@ -28,10 +39,22 @@ inline TileGeometry tile_geometry(KernelConfig config) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Fills la.config, la.raster and la.max_swizzle for the problem in `p`.
-// `pingpong_compiled`: whether the ping-pong configuration exists for this
-// case (it does for column-major B only, see sm90_gemm_act_kernel.cuh).
-inline void choose_launch(const GemmActParams& p, bool pingpong_compiled, LaunchArgs& la) {
+// TORCH_GEMM_ACT_SM90_CONFIG=<KernelConfig number> forces a configuration
+// (for measuring them against each other: bench/sm90_sweep.py); -1 if unset.
+inline int config_from_env() {
+  static const int forced = [] {
+    const char* env = std::getenv("TORCH_GEMM_ACT_SM90_CONFIG");
+    return env != nullptr && *env != '\0' ? std::atoi(env) : -1;
+  }();
+  return forced;
+}
+
+// Fills la.config, la.raster and la.max_swizzle for the problem in `p`, whose
+// elements take `element_bytes` each. `pingpong_compiled`: whether the
+// ping-pong configuration exists for this case (fp16/bf16 with column-major B
+// only, see sm90_gemm_act_kernel.cuh).
+inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pingpong_compiled,
+                          LaunchArgs& la) {
   // 1. Tile configuration.
   //  - Small M (inference): the weight read is the whole cost and the
   //    128x128 tiles give twice the CTAs streaming it (M = 128, N = 16384,
@@ -47,6 +70,7 @@ inline void choose_launch(const GemmActParams& p, bool pingpong_compiled, Launch
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   la.config = pingpong_compiled && (small_m || wide_n) ? KernelConfig::kPingpong128x128
                                                        : KernelConfig::kCooperative128x256;
+  if (config_from_env() >= 0) la.config = static_cast<KernelConfig>(config_from_env());
   const TileGeometry g = tile_geometry(la.config);
 
   // 2. Raster order: walk along the dimension of the smaller operand, so the
@@ -68,7 +92,7 @@ inline void choose_launch(const GemmActParams& p, bool pingpong_compiled, Launch
   //    0.51 against 0.39).
   const int64_t tiles_m = ceil_div(p.m, g.tile_m);
   const int64_t tiles_n = ceil_div(p.n, g.tile_n);
-  const int64_t streamed_bytes = (along_m ? p.m : p.n) * p.k * 2;  // fp16 / bf16
+  const int64_t streamed_bytes = (along_m ? p.m : p.n) * p.k * element_bytes;
   constexpr int64_t kL2Bytes = int64_t(48) << 20;
   la.max_swizzle = 1;
   if (streamed_bytes > kL2Bytes) {

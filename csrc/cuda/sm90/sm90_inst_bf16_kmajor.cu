@@ -5,7 +5,7 @@
 //
 // Kernels of one file share most of their template instantiations, so one
 // file per (dtype, B layout) builds much faster than one file per kernel;
-// the four files build in parallel. Compile for sm_90a only (see
+// the files build in parallel. Compile for sm_90a only (see
 // sm90_gemm_act_kernel.cuh).
 #include "cuda/sm90/sm90_gemm_act_kernel.cuh"
 

@@ -13,17 +13,20 @@ namespace gemm_act {
 namespace sm90 {
 
 // Storage type of A, B, C, bias, Y and Z (all equal); fp32 accumulation.
-enum class Dtype : int { F16 = 0, BF16 = 1 };
+// F32 multiplies on the TF32 tensor cores (only when PyTorch's matmul
+// precision setting allows TF32, as for torch.mm).
+enum class Dtype : int { F16 = 0, BF16 = 1, F32 = 2 };
 
 // How B [K, N] is laid out: KMajor is column-major, b_stride_k == 1 (the
 // weight.t() of an nn.Linear: a "TN" GEMM); NMajor is row-major, b_stride_n == 1.
+// F32 has KMajor only: wgmma reads TF32 operands K-major only.
 enum class BLayout : int { KMajor = 0, NMajor = 1 };
 
 // Where the persistent scheduler walks the tile grid first (CUTLASS's
 // RasterOrderOptions, spelled out so this header needs no CUTLASS).
 enum class Raster : int { Heuristic = 0, AlongM = 1, AlongN = 2 };
 
-// The two tile configurations compiled for every (dtype, B layout, activation);
+// The tile configurations compiled for every (dtype, B layout, activation);
 // sm90_heuristic.h says which one a problem gets.
 enum class KernelConfig : int {
   // 128x256x64 CTA tile, both consumer warpgroups on one tile (64x256 each),
@@ -33,8 +36,18 @@ enum class KernelConfig : int {
   // 128x128x64 tile per consumer warpgroup, the two warpgroups alternating,
   // so one's epilogue overlaps the other's mainloop; cluster 1x2. Twice the
   // tiles: better for small M and for wide N at moderate K. Compiled for
-  // column-major B (the nn.Linear case) only; row-major B runs cooperative.
+  // fp16/bf16 with column-major B (the nn.Linear case) only; everything else
+  // runs cooperative.
   kPingpong128x128 = 1,
+#ifdef GEMM_ACT_SM90_SWEEP
+  // Candidates measured by bench/sm90_sweep.py in a build with
+  // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B, none and gelu only).
+  kCooperative128x256Epi64 = 2,  // the cooperative tile, 128x64 epilogue subtiles
+  kPingpong128x128Epi64 = 3,     // the ping-pong tile, 64x64 epilogue subtiles
+  kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
+  kPingpong64x128 = 5,           // 64x128 tiles for small M
+  kPingpong128x128Cluster1 = 6,  // the ping-pong tile without a cluster
+#endif
 };
 
 // Everything a kernel launch needs beyond the op's parameters. Filled by the
@@ -89,6 +102,7 @@ GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::F16, BLayout::KMajor)
 GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::BF16, BLayout::KMajor)
 GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::F16, BLayout::NMajor)
 GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::BF16, BLayout::NMajor)
+GEMM_ACT_SM90_FOR_EACH_ACT(GEMM_ACT_SM90_EXTERN, Dtype::F32, BLayout::KMajor)
 
 #undef GEMM_ACT_SM90_EXTERN
 

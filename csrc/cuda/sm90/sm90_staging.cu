@@ -1,0 +1,103 @@
+// Aligned copies of the operands a TMA kernel cannot read in place, and the
+// copy of its results back (see sm90_staging.h). Plain ATen copies on the
+// current stream: the kernel and the copies run in stream order.
+#include "cuda/sm90/sm90_staging.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "cuda/sm90/sm90_tma_rules.h"
+
+namespace gemm_act {
+namespace sm90 {
+namespace {
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// A [rows, cols] buffer holding `src` in its top-left corner and zeros
+// elsewhere; only the padding is written besides the copy.
+at::Tensor padded_copy(const at::Tensor& src, int64_t rows, int64_t cols) {
+  at::Tensor dst = at::empty({rows, cols}, src.options().memory_format(at::MemoryFormat::Contiguous));
+  const int64_t r = src.size(0), c = src.size(1);
+  dst.narrow(0, 0, r).narrow(1, 0, c).copy_(src);
+  if (cols > c) dst.narrow(0, 0, r).narrow(1, c, cols - c).zero_();
+  if (rows > r) dst.narrow(0, r, rows - r).zero_();
+  return dst;
+}
+
+}  // namespace
+
+bool worth_staging(const GemmActParams& p) {
+  // 2^26 multiply-adds: about 400^3. Below it the three to six extra
+  // launches are a large share of the time. (Divided, not multiplied: M*N*K
+  // can overflow int64.)
+  constexpr int64_t kMinMacs = int64_t(1) << 26;
+  return p.k > 0 && p.m * p.n >= kMinMacs / p.k;
+}
+
+StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_ok) {
+  const GemmActParams& p = in.params;
+  const int64_t k_pad = round_up(p.k, align);
+  const int64_t n_pad = round_up(p.n, align);
+  TORCH_CHECK(n_pad <= std::numeric_limits<int32_t>::max() &&
+                  k_pad <= std::numeric_limits<int32_t>::max(),
+              "gemm_act: N = ", p.n, " and K = ", p.k, " rounded up to a multiple of ", align,
+              " must fit in int32");
+
+  StagedCase s;
+  s.args = in;
+  GemmActParams& q = s.args.params;
+  q.k = k_pad;
+  q.n = n_pad;
+
+  if (!a_fits_tma(p, align)) {
+    s.args.a = padded_copy(in.a, p.m, k_pad);
+    q.a = s.args.a.data_ptr();
+    q.a_stride_m = k_pad;
+    q.a_stride_k = 1;
+  }
+  // B is staged as the weight [N, K] (K-major), which every dtype can read.
+  if (!b_fits_tma(p, align, n_major_b_ok).has_value()) {
+    const at::Tensor weight = padded_copy(in.b.t(), n_pad, k_pad);
+    s.args.b = weight.t();
+    q.b = weight.data_ptr();
+    q.b_stride_k = 1;
+    q.b_stride_n = k_pad;
+  }
+  // The epilogue reads the bias and C at every column of the padded problem.
+  if (n_pad != p.n && q.bias != nullptr && p.bias_kind == BiasKind::PerColumn) {
+    s.args.bias = at::zeros({n_pad}, in.bias.options());
+    s.args.bias.narrow(0, 0, p.n).copy_(in.bias);
+    q.bias = s.args.bias.data_ptr();
+  }
+  if (n_pad != p.n && q.c != nullptr) {
+    s.args.c = padded_copy(in.c, p.m, n_pad);
+    q.c = s.args.c.data_ptr();
+    q.c_stride_m = n_pad;
+    q.c_stride_n = 1;
+  }
+  if (n_pad != p.n || !aligned16(p.y)) {
+    s.y_dest = in.y;
+    s.args.y = at::empty({p.m, n_pad}, in.y.options());
+    q.y = s.args.y.data_ptr();
+  }
+  if (p.z != nullptr && (n_pad != p.n || !aligned16(p.z))) {
+    s.z_dest = in.z;
+    s.args.z = at::empty({p.m, n_pad}, in.z.options());
+    q.z = s.args.z.data_ptr();
+  }
+  return s;
+}
+
+void copy_out(const StagedCase& s) {
+  if (s.y_dest.defined()) s.y_dest.copy_(s.args.y.narrow(1, 0, s.y_dest.size(1)));
+  if (s.z_dest.defined()) s.z_dest.copy_(s.args.z.narrow(1, 0, s.z_dest.size(1)));
+}
+
+}  // namespace sm90
+}  // namespace gemm_act
