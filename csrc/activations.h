@@ -4,37 +4,21 @@
 // reference call these functions; nothing else re-derives a formula. Each
 // activation is a type, so a kernel templated on it has no per-element branch
 // on which activation runs. The formulas follow PyTorch's own kernels
-// (ATen's activation code), so NaN and +-inf come out as PyTorch's do.
+// (ATen's activation code), so NaN and +-inf come out as PyTorch's do; the
+// float versions compute them without per-element branches (act_math.h:
+// GELU's normal CDF without erff, division without its slow path).
 //
 // `T` is the compute type: float for fp16/bf16/fp32 storage, double for fp64.
 #pragma once
 
-#include <cmath>
-
+#include "act_math.h"
 #include "gemm_act.h"
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define GEMM_ACT_HD __host__ __device__ __forceinline__
-#else
-#define GEMM_ACT_HD inline
-#endif
-
 namespace gemm_act {
-namespace math {
-// Float overloads call the single-precision functions (fast on the GPU);
-// double overloads keep float64 exact for gradcheck.
-GEMM_ACT_HD float exp(float x) { return ::expf(x); }
-GEMM_ACT_HD double exp(double x) { return ::exp(x); }
-GEMM_ACT_HD float tanh(float x) { return ::tanhf(x); }
-GEMM_ACT_HD double tanh(double x) { return ::tanh(x); }
-GEMM_ACT_HD float erf(float x) { return ::erff(x); }
-GEMM_ACT_HD double erf(double x) { return ::erf(x); }
-}  // namespace math
 
 // Constants as PyTorch writes them (M_SQRT1_2, M_2_SQRTPI, ...), spelled out
 // because <cmath> does not promise the M_* macros.
 struct ActConstants {
-  static constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
   static constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
   static constexpr double kSqrt2OverPi = 0.79788456080286535588; // sqrt(2/pi)
   static constexpr double kGeluTanhCubic = 0.044715;
@@ -89,7 +73,7 @@ template <>
 struct Act<Activation::Sigmoid> {
   static constexpr bool kGradFromOutput = true;
   template <class T>
-  GEMM_ACT_HD static T forward(T z, T) { return T(1) / (T(1) + math::exp(-z)); }
+  GEMM_ACT_HD static T forward(T z, T) { return math::divide(T(1), T(1) + math::exp(-z)); }
   template <class T>
   GEMM_ACT_HD static T grad(T y, T) { return (T(1) - y) * y; }
 };
@@ -98,9 +82,7 @@ template <>
 struct Act<Activation::GELU> {
   static constexpr bool kGradFromOutput = false;
   template <class T>
-  GEMM_ACT_HD static T cdf(T z) {
-    return T(0.5) * (T(1) + math::erf(z * T(ActConstants::kSqrt1_2)));
-  }
+  GEMM_ACT_HD static T cdf(T z) { return math::normal_cdf(z); }
   template <class T>
   GEMM_ACT_HD static T forward(T z, T) { return z * cdf(z); }
   template <class T>
@@ -134,10 +116,10 @@ template <>
 struct Act<Activation::SiLU> {
   static constexpr bool kGradFromOutput = false;
   template <class T>
-  GEMM_ACT_HD static T forward(T z, T) { return z / (T(1) + math::exp(-z)); }
+  GEMM_ACT_HD static T forward(T z, T) { return math::divide(z, T(1) + math::exp(-z)); }
   template <class T>
   GEMM_ACT_HD static T grad(T z, T) {
-    const T s = T(1) / (T(1) + math::exp(-z));
+    const T s = math::divide(T(1), T(1) + math::exp(-z));
     return s * (T(1) + z * (T(1) - s));
   }
 };

@@ -1,0 +1,100 @@
+// The scalar math that activations.h builds on, for the host and the device.
+//
+// Double overloads are the exact library functions (float64 is the reference
+// and gradcheck's precision). Float overloads are what every fp16/bf16/fp32
+// kernel runs per element in registers, and are written so the GPU code has
+// no branch and no predicate per element: libdevice's erff, and IEEE division
+// with its slow path, compile to predicated code that the compiler does not
+// interleave across elements (one predicate register per chain, reused), so
+// an epilogue of 16+ independent elements ran as one dependent chain.
+#pragma once
+
+#include <cmath>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define GEMM_ACT_HD __host__ __device__ __forceinline__
+#else
+#define GEMM_ACT_HD inline
+#endif
+
+namespace gemm_act {
+namespace math {
+
+GEMM_ACT_HD float exp(float x) { return ::expf(x); }
+GEMM_ACT_HD double exp(double x) { return ::exp(x); }
+GEMM_ACT_HD float tanh(float x) { return ::tanhf(x); }
+GEMM_ACT_HD double tanh(double x) { return ::tanh(x); }
+
+// a / b. On the GPU: an approximate reciprocal times a (2 ulp, no slow path);
+// b beyond 2^126 gives 0 (a finite) or NaN (a infinite), the limits the
+// callers (silu, sigmoid: b = 1 + exp(-z)) want anyway.
+GEMM_ACT_HD float divide(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a / b;
+#endif
+}
+GEMM_ACT_HD double divide(double a, double b) { return a / b; }
+
+// 2^x; on the GPU one ex2 instruction, flushing results below 2^-126 to 0.
+GEMM_ACT_HD float exp2_flush(float x) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return std::exp2(x);
+#endif
+}
+
+// Clamps to [0, 1]; on the GPU folded into the producing instruction (.SAT).
+GEMM_ACT_HD float saturate(float x) {
+#if defined(__CUDA_ARCH__)
+  return __saturatef(x);
+#else
+  return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);
+#endif
+}
+
+// The standard normal CDF, Phi(z) = (1 + erf(z / sqrt 2)) / 2.
+GEMM_ACT_HD double normal_cdf(double z) {
+  return 0.5 * (1.0 + ::erf(z * 0.70710678118654752440));
+}
+
+// Phi(z) in float without erf and without a branch:
+//   q = Phi(-|z|) = 2^(-z^2 / (2 ln 2) + g(u)),  u = min(|z|, 6),
+//   Phi(z) = q + h (1 - 2q),  h = [z > 0]   (1 - q for z > 0, q for z < 0),
+// where g(u) = log2 Phi(-u) + u^2 / (2 ln 2) is smooth and slowly varying:
+// a degree-10 polynomial in t = u/3 - 1 (least-squares Chebyshev fit on
+// [0, 6], float coefficients) gives it to 4e-7. Phi's relative error is
+// below 2.2e-6 for |z| <= 6 (the rounding of the exponent), in the tail too,
+// where 1 + erff(z / sqrt 2) loses every digit (PyTorch's float GELU is 0 at
+// z = -6); beyond |z| = 6, q < 1e-9 and only its relative accuracy degrades.
+// h = saturate(z * 2^100) is 1 for z > 2^-100 and 0 for z <= 0; in between
+// 1 - 2q is already 0. Special values: Phi(+inf) = 1, Phi(-inf) = 0,
+// Phi(NaN) = NaN, so GELU(-inf) = -inf * 0 = NaN as PyTorch's.
+GEMM_ACT_HD float normal_cdf(float z) {
+  const float u = fminf(fabsf(z), 6.0f);
+  const float t = fmaf(u, 1.0f / 3.0f, -1.0f);
+  float g = -6.955044810e-04f;
+  g = fmaf(g, t, 8.906872245e-04f);
+  g = fmaf(g, t, 1.686388045e-03f);
+  g = fmaf(g, t, -6.136647426e-03f);
+  g = fmaf(g, t, 1.534978300e-02f);
+  g = fmaf(g, t, -3.925830498e-02f);
+  g = fmaf(g, t, 9.222940356e-02f);
+  g = fmaf(g, t, -2.043862790e-01f);
+  g = fmaf(g, t, 4.580745995e-01f);
+  g = fmaf(g, t, -1.225271344e+00f);
+  g = fmaf(g, t, -3.040806055e+00f);
+  constexpr float kMinusHalfLog2e = -0.72134752044448170368f;  // -1 / (2 ln 2)
+  const float q = exp2_flush(fmaf(z * z, kMinusHalfLog2e, g));
+  const float h = saturate(z * 0x1p100f);
+  return fmaf(h, fmaf(-2.0f, q, 1.0f), q);
+}
+
+}  // namespace math
+}  // namespace gemm_act
