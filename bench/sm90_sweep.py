@@ -21,11 +21,11 @@ CONFIGS = {
     "auto": "heuristic",
     "0": "coop128x256",
     "1": "pp128x128",
-    "2": "coop128x256/epi128x64",
-    "3": "pp128x128/epi64x64",
+    "2": "coop128x256/epi128x32",
+    "3": "pp128x128/epi64x32",
     "4": "coop256x128/c2x1",
     "5": "pp64x128",
-    "6": "pp128x128/c1x1",
+    "6": "pp128x128/epi64x128",
 }
 
 # (M, K, N, activation, store Z)

@@ -65,6 +65,17 @@ for spec in ${NCU_CASES:-16384,1024,4096,gelu,1}; do
 done
 fi
 
+if want hotspots; then
+step "ncu source counters: where the warps stall (HOTSPOT_CASE='M,K,N,act,z[,config]')"
+IFS=, read -r m k n act z cfg <<< "${HOTSPOT_CASE:-16384,1024,4096,gelu,1}"
+TORCH_GEMM_ACT_SM90_CONFIG="${cfg:-}" ncu --section SourceCounters --section WarpStateStats \
+  -k regex:device_kernel --launch-skip 2 --launch-count 1 -f -o "$OUT/hotspots" \
+  python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z" > "$OUT/hotspots.log" 2>&1
+ncu --import "$OUT/hotspots.ncu-rep" --page source --csv --print-source sass > "$OUT/hotspots_sass.csv" 2>&1
+python3 scripts/diag/ncu_hotspots.py "$OUT/hotspots_sass.csv" --top 45 | tee "$OUT/hotspots.txt" | head -60
+rm -f "$OUT/hotspots.ncu-rep"
+fi
+
 if want bench; then
 step bench
 python3 bench/bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60

@@ -1,7 +1,7 @@
 // Which sm90 kernel configuration and tile order a problem gets. No
 // autotuning at call time: a few rules, each from measurements on an H100
-// SXM (132 SMs) of bf16 Y = gelu(A @ W^T + b) with Z stored, against each
-// other and torch.mm in the same run (numbers in the comments are ms).
+// SXM (132 SMs) of bf16 Y = act(A @ W^T + b), with and without Z, against
+// each other and torch.mm in the same run (bench/sm90_sweep.py).
 #pragma once
 
 #include <cstdint>
@@ -22,14 +22,13 @@ inline TileGeometry tile_geometry(KernelConfig config) {
     case KernelConfig::kPingpong128x128:
       return {128, 128, 1, 2};
 #ifdef GEMM_ACT_SM90_SWEEP
-    case KernelConfig::kPingpong128x128Epi64:
+    case KernelConfig::kPingpong128x128Epi32:
+    case KernelConfig::kPingpong128x128EpiWide:
       return {128, 128, 1, 2};
     case KernelConfig::kCooperative256x128:
       return {256, 128, 2, 1};
     case KernelConfig::kPingpong64x128:
       return {64, 128, 1, 2};
-    case KernelConfig::kPingpong128x128Cluster1:
-      return {128, 128, 1, 1};
 #endif
     case KernelConfig::kCooperative128x256:
     default:
@@ -55,21 +54,36 @@ inline int config_from_env() {
 // only, see sm90_gemm_act_kernel.cuh).
 inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pingpong_compiled,
                           LaunchArgs& la) {
-  // 1. Tile configuration.
+  // 1. Tile configuration. Ping-pong hides one tile's epilogue behind the
+  //    other warpgroup's mainloop, so it wins wherever that mainloop lasts
+  //    at least as long as the epilogue; cooperative runs the epilogue on
+  //    all 256 consumer threads and has the better mainloop for long K.
+  //    Shapes are MxNxK; bf16, 64-wide epilogue subtiles, time / torch.mm
+  //    in one run (bench/results/*_sweep.log; runs differ by up to ~5%):
   //  - Small M (inference): the weight read is the whole cost and the
   //    128x128 tiles give twice the CTAs streaming it (M = 128, N = 16384,
-  //    K = 4096: ping-pong 0.0745, cooperative 0.0775).
-  //  - Wide N at moderate K: ping-pong's overlap of one tile's epilogue with
-  //    the other's mainloop wins (8192x16384x4096: 1.537 vs 1.600;
-  //    4096x11008x4096: 0.522 vs 0.551).
-  //  - Otherwise cooperative: long K (8192x4096x16384: 1.43 vs 1.59), square
-  //    (4096^3: 0.211 vs 0.225) and short K with an expensive activation,
-  //    where both warpgroups running the epilogue together matters most
-  //    (32768x3072x768: 0.389 vs 0.476; 16384x4096x1024: 0.303 vs 0.335).
+  //    K = 4096: ping-pong 1.084, cooperative 1.212).
+  //  - Long K: cooperative (8192x4096x16384 none: 1.074 vs 1.238).
+  //  - Wide N at moderate K (epilogue hidden as below): ping-pong
+  //    (4096x11008x4096 silu was 0.522 vs
+  //    0.551 ms with 32-wide subtiles; 64-wide subtiles narrowed it).
+  //  - Short K: ping-pong when its epilogue fits behind a K <= 1024
+  //    mainloop: a cheap activation (16384x4096x1024 none: 0.898 vs 1.058;
+  //    32768x3072x768 none: 1.036 vs 1.137) or K = 1024 (16384x4096x1024
+  //    gelu + Z: 1.292 vs 1.335). At K = 768 an expensive activation's
+  //    epilogue outlasts it and cooperative wins (32768x3072x768 gelu + Z:
+  //    1.496 vs 1.599).
+  //  - Otherwise cooperative (4096^3 gelu + Z: 1.136 vs 1.189).
+  const bool cheap_activation = p.activation == Activation::None ||
+                                p.activation == Activation::ReLU ||
+                                p.activation == Activation::LeakyReLU;
+  const bool epilogue_hidden = cheap_activation || p.k >= 1024;
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
-  la.config = pingpong_compiled && (small_m || wide_n) ? KernelConfig::kPingpong128x128
-                                                       : KernelConfig::kCooperative128x256;
+  const bool short_k = p.k <= 1024;
+  la.config = pingpong_compiled && (small_m || (epilogue_hidden && (wide_n || short_k)))
+                  ? KernelConfig::kPingpong128x128
+                  : KernelConfig::kCooperative128x256;
   if (config_from_env() >= 0) la.config = static_cast<KernelConfig>(config_from_env());
   const TileGeometry g = tile_geometry(la.config);
 

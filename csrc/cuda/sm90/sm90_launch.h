@@ -42,11 +42,11 @@ enum class KernelConfig : int {
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B, none and gelu only).
-  kCooperative128x256Epi64 = 2,  // the cooperative tile, 128x64 epilogue subtiles
-  kPingpong128x128Epi64 = 3,     // the ping-pong tile, 64x64 epilogue subtiles
+  kCooperative128x256Epi32 = 2,  // the cooperative tile, 128x32 epilogue subtiles
+  kPingpong128x128Epi32 = 3,     // the ping-pong tile, 64x32 epilogue subtiles
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
   kPingpong64x128 = 5,           // 64x128 tiles for small M
-  kPingpong128x128Cluster1 = 6,  // the ping-pong tile without a cluster
+  kPingpong128x128EpiWide = 6,   // the ping-pong tile, 64x128 epilogue subtiles
 #endif
 };
 
