@@ -92,20 +92,19 @@ def _git(*args):
 
 
 def source_ids():
-    """(commit, csrc_tree, where from, dirty): git if this is a checkout, else env vars."""
+    """(commit, csrc_tree, where from, dirty): GEMM_ACT_COMMIT / GEMM_ACT_CSRC_TREE
+    when set (a copied tree may carry a stale .git), else git if this is a checkout."""
+    if os.environ.get("GEMM_ACT_COMMIT"):
+        return (os.environ["GEMM_ACT_COMMIT"], os.environ.get("GEMM_ACT_CSRC_TREE", "unknown"),
+                "env", None)
     top = _git("rev-parse", "--show-toplevel")
     # A copy of the working tree without .git must not pick up a parent repository.
     if top and os.path.realpath(top) == os.path.realpath(REPO):
         commit, tree = _git("rev-parse", "HEAD"), _git("rev-parse", "HEAD:csrc")
         if commit:
             dirty = _git("status", "--porcelain", "--", "csrc", "torch_gemm_act", "setup.py")
-            env_c = os.environ.get("GEMM_ACT_COMMIT")
-            if env_c and env_c != commit:
-                print(f"note: GEMM_ACT_COMMIT={env_c} differs from git HEAD {commit}; using git",
-                      file=sys.stderr)
             return commit, tree or "unknown", "git", bool(dirty)
-    return (os.environ.get("GEMM_ACT_COMMIT", "unknown"), os.environ.get("GEMM_ACT_CSRC_TREE", "unknown"),
-            "env", None)
+    return "unknown", "unknown", "none", None
 
 
 def load_shapes(path):

@@ -260,20 +260,26 @@ struct GmemSourceFetch {
 // Tile configuration.
 // ---------------------------------------------------------------------------
 
-// The K extent of a tile is one 128-byte swizzle row of the element type:
-// 64 fp16/bf16 or 32 fp32 (TF32) elements.
+// Elements in one 128-byte shared-memory swizzle row: 64 fp16/bf16, 32 fp32.
 template <class Element>
-using TileK = Int<128 * 8 / cutlass::sizeof_bits<Element>::value>;
+using SwizzleRow = Int<128 * 8 / cutlass::sizeof_bits<Element>::value>;
+
+// The K extent of a tile is one swizzle row of the element type.
+template <class Element>
+using TileK = SwizzleRow<Element>;
 
 // 128x256 CTA tile, two consumer warpgroups each owning 64x256 of it
 // (cooperative), a cluster of two CTAs along N sharing (multicasting) the A
 // tile; as many pipeline stages as fit beside the epilogue's shared memory.
 // Cluster 1x2 and 2x1 measured the same on the training shapes
 // (8192x16384x4096, gelu + Z: 1.959 vs 1.963 ms); 1x1 no better (1.982).
-// Epilogue subtiles of 128x64 rather than 128x32: half the subtile loop
-// iterations and barriers per tile, ~4% faster on gelu + Z
-// (bench/results/*_sweep.log).
-template <class Element, class EpiTile = Shape<_128, _64>>
+// Epilogue subtiles one swizzle row wide. For fp16/bf16 that is 128x64
+// rather than 128x32: half the subtile loop iterations and barriers per
+// tile, ~4% faster on gelu + Z (bench/results/*_sweep.log), with 3 pipeline
+// stages instead of 4. For fp32 it is 128x32: a 128x64 subtile's Y and Z
+// buffers (130 KB) leave room for 2 stages only (TF32 4096^3 gelu: 1.63x
+// torch.mm, bench/results/20261123T054641Z_820fae8.json); 128x32 leaves 3.
+template <class Element, class EpiTile = Shape<_128, SwizzleRow<Element>>>
 struct ConfigCooperative128x256 {
   using TileShape = Shape<_128, _256, TileK<Element>>;
   using ClusterShape = Shape<_1, _2, _1>;
@@ -286,10 +292,11 @@ struct ConfigCooperative128x256 {
 // Ping-pong: each consumer warpgroup owns a whole 128x128 tile and the two
 // alternate, so one's epilogue overlaps the other's mainloop (its epilogue
 // runs on 128 threads instead of 256, which loses where the activation is
-// expensive and K short: see sm90_heuristic.h). 64x64 epilogue subtiles; a
-// 64x128 subtile spills registers and 128x64 is not a shape CUTLASS's
-// ping-pong epilogue takes.
-template <class Element, class EpiTile = Shape<_64, _64>, class Cluster = Shape<_1, _2, _1>,
+// expensive and K short: see sm90_heuristic.h). Epilogue subtiles 64 rows
+// by one swizzle row (64x64, 6 pipeline stages); a 64x128 subtile spills
+// registers and 128x64 is not a shape CUTLASS's ping-pong epilogue takes.
+template <class Element, class EpiTile = Shape<_64, SwizzleRow<Element>>,
+          class Cluster = Shape<_1, _2, _1>,
           class TileMN = Shape<_128, _128>>
 struct ConfigPingpong128x128 {
   using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
