@@ -65,8 +65,9 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   //    K = 4096: ping-pong 1.084, cooperative 1.212).
   //  - Long K: cooperative (8192x4096x16384 none: 1.074 vs 1.238).
   //  - Wide N at moderate K (epilogue hidden as below): ping-pong
-  //    (4096x11008x4096 silu was 0.522 vs
-  //    0.551 ms with 32-wide subtiles; 64-wide subtiles narrowed it).
+  //    (4096x11008x4096 silu: 0.522 vs 0.551 ms with 32-wide subtiles; with
+  //    64-wide ones the sweep's gelu + Z runs of one configuration spread
+  //    over 1.10-1.20, too wide to rank the two there).
   //  - Short K: ping-pong when its epilogue fits behind a K <= 1024
   //    mainloop: a cheap activation (16384x4096x1024 none: 0.898 vs 1.058;
   //    32768x3072x768 none: 1.036 vs 1.137) or K = 1024 (16384x4096x1024
