@@ -22,3 +22,17 @@ def device(request):
 def _fresh_seed(request):
     # Fresh random data per test, reproducible from the test's name.
     torch.manual_seed(hash(request.node.nodeid) % (2**31))
+
+
+def pytest_collection_modifyitems(config, items):
+    # The GPU machine runs the suite with `-k cuda` (scripts/device_check.sh):
+    # a test that needs a GPU but has no "cuda" in its id would run nowhere.
+    reason = requires_cuda.mark.kwargs["reason"]
+    unnamed = [
+        item.nodeid
+        for item in items
+        if "cuda" not in item.nodeid
+        and any(m.name == "skipif" and m.kwargs.get("reason") == reason for m in item.iter_markers())
+    ]
+    if unnamed:
+        raise pytest.UsageError(f"tests that need a GPU must have 'cuda' in their id: {unnamed}")

@@ -47,7 +47,7 @@ def test_integer_dtype():
 
 
 @requires_cuda
-def test_device_mismatch():
+def test_device_mismatch_cpu_and_cuda():
     a, b = _ab()
     with pytest.raises(RuntimeError, match=r"expected b on the device of a"):
         tga.gemm_act(a.cuda(), b)
