@@ -59,7 +59,8 @@ step "ncu of the sm90 kernel: NCU_CASES='M,K,N,act,z[,config] ...'"
 for spec in ${NCU_CASES:-16384,1024,4096,gelu,1}; do
   IFS=, read -r m k n act z cfg <<< "$spec"
   TORCH_GEMM_ACT_SM90_CONFIG="${cfg:-}" ncu --section SpeedOfLight --section WarpStateStats \
-    --section SchedulerStats -k regex:device_kernel --launch-skip 2 --launch-count 1 \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+    --print-details all -k regex:device_kernel --launch-skip 2 --launch-count 1 \
     python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z" > "$OUT/ncu_${spec//,/_}.txt" 2>&1
   echo "$spec:"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_${spec//,/_}.txt" | head -12
 done
