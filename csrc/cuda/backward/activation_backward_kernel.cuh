@@ -68,12 +68,66 @@ __device__ __forceinline__ void store_chunk(Element* p, const Element (&v)[kWidt
   }
 }
 
+// Where a thread sits in the plan's launch: its block's threads are rp rows
+// of tc (tid = ty * tc + tx, tc = 1 << tc_log2), and the block is tile
+// (tile_m, tile_n) of a tiles_m x tiles_n grid, tile_n varying fastest.
+struct ThreadPlace {
+  int tid, tc, rp, tx, ty;
+  int64_t tile_m, tile_n;
+  __device__ __forceinline__ explicit ThreadPlace(const BackwardPlan& p) {
+    tid = static_cast<int>(threadIdx.x);
+    tc = 1 << p.tc_log2;
+    rp = kThreads >> p.tc_log2;
+    tx = tid & (tc - 1);
+    ty = tid >> p.tc_log2;
+    // grid = tiles_m * tiles_n <= INT32_MAX, so 32-bit division will do.
+    const unsigned tiles_n = static_cast<unsigned>(p.tiles_n);
+    tile_n = blockIdx.x % tiles_n;
+    tile_m = blockIdx.x / tiles_n;
+  }
+};
+
 // dZ for one element, in the compute type; the derivative is Act<kAct>'s.
 template <class Element, Activation kAct>
 __device__ __forceinline__ typename Numeric<Element>::Compute dz_of(
     Element grad_y, Element saved, typename Numeric<Element>::Compute slope) {
   using Num = Numeric<Element>;
   return Num::to_compute(grad_y) * Act<kAct>::grad(Num::to_compute(saved), slope);
+}
+
+// dZ for the kU chunks of kW elements at base + i * scale of grad_y and
+// saved, i = first, first + stride, ..., into the same places of grad_z; all
+// kU chunks' loads are issued before any math. Chunks with i >= end re-read
+// chunk `first` (no branch around the loads) and are dropped. Each kept
+// element's dZ also goes to add(j, dz), j its index in the chunk, in i order.
+template <class Element, Activation kAct, int kW, int kU, class Add>
+__device__ __forceinline__ void dz_chunks(const Element* __restrict__ grad_y,
+                                          const Element* __restrict__ saved,
+                                          Element* __restrict__ grad_z, int64_t first,
+                                          int64_t stride, int64_t end, int64_t base, int64_t scale,
+                                          typename Numeric<Element>::Compute slope, Add add) {
+  Element g[kU][kW], s[kU][kW];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t i = first + u * stride;
+    const int64_t offset = base + (i < end ? i : first) * scale;
+    load_chunk<Element, kW>(grad_y + offset, g[u]);
+    load_chunk<Element, kW>(saved + offset, s[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t i = first + u * stride;
+    if (i < end) {
+      Element out[kW];
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        const auto dz = dz_of<Element, kAct>(g[u][j], s[u][j], slope);
+        add(j, dz);
+        out[j] = Numeric<Element>::from_compute(dz);
+      }
+      store_chunk<Element, kW>(grad_z + base + i * scale, out);
+    }
+  }
 }
 
 // Sums v over the tc threads of a row (tc = 1 << tc_log2, a power of two up
@@ -187,15 +241,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   __shared__ Acc s_sum[kThreads * kW];
   __shared__ int s_last;
 
-  const int tid = static_cast<int>(threadIdx.x);
+  const ThreadPlace at(p);
+  const int tid = at.tid, tc = at.tc, rp = at.rp, tx = at.tx, ty = at.ty;
   const int lane = tid & 31, warp = tid >> 5;
-  const int tc = 1 << p.tc_log2;
-  const int rp = kThreads >> p.tc_log2;
-  const int tx = tid & (tc - 1), ty = tid >> p.tc_log2;
-  // grid = tiles_m * tiles_n <= INT32_MAX, so 32-bit division will do.
-  const unsigned tiles_n = static_cast<unsigned>(p.tiles_n);
-  const int64_t tile_n = blockIdx.x % tiles_n;
-  const int64_t tile_m = blockIdx.x / tiles_n;
+  const int64_t tile_n = at.tile_n, tile_m = at.tile_m;
   const int64_t chunk = tile_n * tc + tx;
   const int64_t rows = p.rows, cols = p.cols;
   // Row tiles interleave: this block takes rows tile_m * rp + ty + k * stride,
@@ -216,30 +265,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   if (chunk < p.chunks) {
     const int64_t col = chunk * kW;
     for (int64_t r = tile_m * rp + ty; r < rows; r += kU * row_stride) {
-      // Rows past the end re-read row r (no branch around the loads); their
-      // results are dropped.
-      Element g[kU][kW], s[kU][kW];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t row = r + u * row_stride;
-        const int64_t offset = (row < rows ? row : r) * cols + col;
-        load_chunk<Element, kW>(grad_y + offset, g[u]);
-        load_chunk<Element, kW>(saved + offset, s[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t row = r + u * row_stride;
-        if (row < rows) {
-          Element out[kW];
-#pragma unroll
-          for (int j = 0; j < kW; ++j) {
-            const Acc dz = dz_of<Element, kAct>(g[u][j], s[u][j], slope);
-            acc[j] += dz;
-            out[j] = Num::from_compute(dz);
-          }
-          store_chunk<Element, kW>(grad_z + row * cols + col, out);
-        }
-      }
+      dz_chunks<Element, kAct, kW, kU>(grad_y, saved, grad_z, r, row_stride, rows, col, cols,
+                                       slope, [&](int j, Acc dz) { acc[j] += dz; });
     }
   }
 
@@ -310,14 +337,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   __shared__ Acc s_warp[kWarps];
   __shared__ int s_last;
 
-  const int tid = static_cast<int>(threadIdx.x);
-  const int tc = 1 << p.tc_log2;
-  const int rp = kThreads >> p.tc_log2;
-  const int tx = tid & (tc - 1), ty = tid >> p.tc_log2;
-  // grid = tiles_m * tiles_n <= INT32_MAX, so 32-bit division will do.
-  const unsigned tiles_n = static_cast<unsigned>(p.tiles_n);
-  const int64_t split = blockIdx.x % tiles_n;
-  const int64_t group = blockIdx.x / tiles_n;
+  const ThreadPlace at(p);
+  const int tc = at.tc, rp = at.rp, tx = at.tx, ty = at.ty;
+  const int64_t split = at.tile_n;  // which share of the row's chunks
+  const int64_t group = at.tile_m;  // which rp rows
   const int64_t row = group * rp + ty;
   const int64_t cols = p.cols;
   // Splits interleave: this block takes chunks split * tc + tx + k * stride,
@@ -338,30 +361,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
     const int64_t base = row * cols;
     const int64_t full_chunks = cols / kW;
     for (int64_t c = split * tc + tx; c < full_chunks; c += kU * chunk_stride) {
-      // Chunks past the end re-read chunk c (no branch around the loads);
-      // their results are dropped.
-      Element g[kU][kW], s[kU][kW];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t cu = c + u * chunk_stride;
-        const int64_t offset = base + (cu < full_chunks ? cu : c) * kW;
-        load_chunk<Element, kW>(grad_y + offset, g[u]);
-        load_chunk<Element, kW>(saved + offset, s[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t cu = c + u * chunk_stride;
-        if (cu < full_chunks) {
-          Element out[kW];
-#pragma unroll
-          for (int j = 0; j < kW; ++j) {
-            const Acc dz = dz_of<Element, kAct>(g[u][j], s[u][j], slope);
-            acc += dz;
-            out[j] = Num::from_compute(dz);
-          }
-          store_chunk<Element, kW>(grad_z + base + cu * kW, out);
-        }
-      }
+      dz_chunks<Element, kAct, kW, kU>(grad_y, saved, grad_z, c, chunk_stride, full_chunks, base,
+                                       kW, slope, [&](int, Acc dz) { acc += dz; });
     }
     if constexpr (kW > 1) {
       if (split == 0 && tx == 0) {  // no-op unless cols % kW != 0
