@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: build against its own PyTorch, run the CUDA tests, a
 # compute-sanitizer sweep, check the SASS, then run the benchmark.
-# Usage: GEMM_ACT_COMMIT=... GEMM_ACT_CSRC_TREE=... bash scripts/device_check.sh [--quick]
+# Usage (ids from here: the device copy's .git may be stale):
+#   GEMM_ACT_COMMIT=$(git rev-parse HEAD) GEMM_ACT_CSRC_TREE=$(git rev-parse HEAD:csrc) \
+#     STEPS="build sass tests sanitize bench" bash scripts/device_check.sh [bench args]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -54,24 +56,29 @@ step "sm90 configurations (needs a GEMM_ACT_SM90_SWEEP=1 build)"
 python3 bench/sm90_sweep.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
 fi
 
+# ncu_case SPEC NCU_OPTIONS...: profiles the third sm90 launch of one problem,
+# SPEC = 'M,K,N,act,z[,config]' (config: a forced KernelConfig number).
+ncu_case() {
+  local spec=$1 m k n act z cfg; shift
+  IFS=, read -r m k n act z cfg <<< "$spec"
+  TORCH_GEMM_ACT_SM90_CONFIG="${cfg:-}" ncu "$@" -k regex:device_kernel --launch-skip 2 \
+    --launch-count 1 python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z"
+}
+
 if want ncu; then
 step "ncu of the sm90 kernel: NCU_CASES='M,K,N,act,z[,config] ...'"
 for spec in ${NCU_CASES:-16384,1024,4096,gelu,1}; do
-  IFS=, read -r m k n act z cfg <<< "$spec"
-  TORCH_GEMM_ACT_SM90_CONFIG="${cfg:-}" ncu --section SpeedOfLight --section WarpStateStats \
-    --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
-    --print-details all -k regex:device_kernel --launch-skip 2 --launch-count 1 \
-    python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z" > "$OUT/ncu_${spec//,/_}.txt" 2>&1
+  ncu_case "$spec" --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section InstructionStats --print-details all \
+    > "$OUT/ncu_${spec//,/_}.txt" 2>&1
   echo "$spec:"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued" "$OUT/ncu_${spec//,/_}.txt" | head -12
 done
 fi
 
 if want hotspots; then
 step "ncu source counters: where the warps stall (HOTSPOT_CASE='M,K,N,act,z[,config]')"
-IFS=, read -r m k n act z cfg <<< "${HOTSPOT_CASE:-16384,1024,4096,gelu,1}"
-TORCH_GEMM_ACT_SM90_CONFIG="${cfg:-}" ncu --section SourceCounters --section WarpStateStats \
-  -k regex:device_kernel --launch-skip 2 --launch-count 1 -f -o "$OUT/hotspots" \
-  python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z" > "$OUT/hotspots.log" 2>&1
+ncu_case "${HOTSPOT_CASE:-16384,1024,4096,gelu,1}" --section SourceCounters \
+  --section WarpStateStats -f -o "$OUT/hotspots" > "$OUT/hotspots.log" 2>&1
 ncu --import "$OUT/hotspots.ncu-rep" --page source --csv --print-source sass > "$OUT/hotspots_sass.csv" 2>&1
 python3 scripts/diag/ncu_hotspots.py "$OUT/hotspots_sass.csv" --top 45 | tee "$OUT/hotspots.txt" | head -60
 rm -f "$OUT/hotspots.ncu-rep"

@@ -39,7 +39,7 @@ def main():
     if total_col is None:
         raise SystemExit("no 'Warp Stall Sampling (All Samples)' column")
     source_col = "Source"
-    address_col = next((c for c in cols if c == "Address"), None)
+    address_col = "Address" if "Address" in cols else None
     reason_cols = [c for c in cols if c.startswith("stall_") or c.startswith("smsp__pcsamp_warps_issue_stalled")]
     exec_col = next((c for c in cols if c.startswith("Instructions Executed")), None)
 
