@@ -90,6 +90,8 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 // z = alpha * acc + beta * c + row + col, in the order of the shared epilogue
 // (csrc/cuda/epilogue): terms that do not exist are not added at all, so z is
 // bit-for-bit alpha * acc when there is neither C nor bias (-0.0 included).
+// alpha == 1 (every nn.Linear) skips the multiply, one instruction in ~25
+// per element; fusing the bias into it instead (an FFMA) spilled registers.
 struct PreactArguments {
   float alpha = 1.0f;
   float beta = 0.0f;
@@ -108,9 +110,11 @@ struct PreactFn {
                                                      cutlass::Array<float, N> const& row,
                                                      cutlass::Array<float, N> const& col,
                                                      Arguments const& args) const {
-    cutlass::Array<float, N> z;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) z[i] = args.alpha * acc[i];
+    cutlass::Array<float, N> z = acc;
+    if (args.alpha != 1.0f) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) z[i] = args.alpha * acc[i];
+    }
     if (args.has_c) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) z[i] += args.beta * c[i];
@@ -279,8 +283,9 @@ using TileK = SwizzleRow<Element>;
 // stages instead of 4. For fp32 it is 128x32: a 128x64 subtile's Y and Z
 // buffers (130 KB) leave room for 2 stages only (TF32 4096^3 gelu: 1.63x
 // torch.mm, bench/results/20261123T054641Z_820fae8.json); 128x32 leaves 3.
-template <class Element, class EpiTile = Shape<_128, SwizzleRow<Element>>>
+template <class Element, class EpiTile = Shape<_128, SwizzleRow<Element>>, bool StoresZ = true>
 struct ConfigCooperative128x256 {
+  static constexpr bool kStoresZ = StoresZ;
   using TileShape = Shape<_128, _256, TileK<Element>>;
   using ClusterShape = Shape<_1, _2, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -297,8 +302,9 @@ struct ConfigCooperative128x256 {
 // registers and 128x64 is not a shape CUTLASS's ping-pong epilogue takes.
 template <class Element, class EpiTile = Shape<_64, SwizzleRow<Element>>,
           class Cluster = Shape<_1, _2, _1>,
-          class TileMN = Shape<_128, _128>>
+          class TileMN = Shape<_128, _128>, bool StoresZ = true>
 struct ConfigPingpong128x128 {
+  static constexpr bool kStoresZ = StoresZ;
   using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
   using ClusterShape = Cluster;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -311,6 +317,7 @@ struct ConfigPingpong128x128 {
 // 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
 template <class Element>
 struct ConfigCooperative256x128 {
+  static constexpr bool kStoresZ = true;
   using TileShape = Shape<_256, _128, TileK<Element>>;
   using ClusterShape = Shape<_2, _1, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -372,8 +379,12 @@ struct GemmActKernel {
                            typename AuxDesc::Stride, typename AuxDesc::SmemLayoutAtom,
                            typename AuxDesc::CopyOpR2S, kAlignment, /*EnableNullptr=*/true>,
       Preact>;
+  // A configuration without the Z store has no shared memory for it, which
+  // may leave room for another mainloop stage; it refuses launches with Z.
+  static constexpr bool kStoresZ = Config::kStoresZ;
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<ActEpilogue<kAct>::template Fn, Element, ElementCompute, kRound>, StoreZ>;
+      fusion::Sm90Compute<ActEpilogue<kAct>::template Fn, Element, ElementCompute, kRound>,
+      cute::conditional_t<kStoresZ, StoreZ, Preact>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
@@ -441,18 +452,26 @@ LaunchResult run_kernel(const LaunchArgs& la) {
   const auto* bias = static_cast<const Element*>(p.bias);
 
   // EVT arguments nest like the tree: {child arguments..., node arguments}.
-  typename K::Callbacks::Arguments epilogue_args{
-      {      // StoreZ
-       {     // Preact
-        {},  // acc
-        {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},  // C
-        {row_bcast ? bias : nullptr, Element(0),
-         {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},          // bias[n] / bias[0]
-        {col_bcast ? bias : nullptr, Element(0), {}},                    // bias[m]
-        {static_cast<float>(p.alpha), static_cast<float>(p.beta), p.c != nullptr, row_bcast,
-         col_bcast}},
-       {static_cast<Element*>(p.z), {static_cast<int64_t>(n), _1{}, int64_t(0)}}},  // Z
-      {static_cast<float>(p.negative_slope)}};                                     // act
+  typename K::Preact::Arguments preact_args{
+      {},                                                               // acc
+      {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},  // C
+      {row_bcast ? bias : nullptr, Element(0),
+       {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},          // bias[n] / bias[0]
+      {col_bcast ? bias : nullptr, Element(0), {}},                    // bias[m]
+      {static_cast<float>(p.alpha), static_cast<float>(p.beta), p.c != nullptr, row_bcast,
+       col_bcast}};
+  const typename K::Callbacks::Arguments epilogue_args = [&] {
+    if constexpr (K::kStoresZ) {
+      return typename K::Callbacks::Arguments{
+          {preact_args, {static_cast<Element*>(p.z), {static_cast<int64_t>(n), _1{}, int64_t(0)}}},
+          {static_cast<float>(p.negative_slope)}};
+    } else {
+      return typename K::Callbacks::Arguments{preact_args, {static_cast<float>(p.negative_slope)}};
+    }
+  }();
+  if (!K::kStoresZ && p.z != nullptr) {
+    return {LaunchStatus::kNotImplementable, cudaSuccess, "this configuration stores no Z"};
+  }
 
   cutlass::KernelHardwareInfo hw_info;
   hw_info.device_id = la.device;
@@ -554,6 +573,20 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
         case KernelConfig::kPingpong64x128:
           return detail::run_kernel<
               detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
+                                            Shape<_64, _128>>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kCooperative128x256NoZ:
+          return detail::run_kernel<
+              detail::ConfigCooperative128x256<Element, Shape<_128, SwizzleRow<Element>>, false>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong128x128NoZ:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, SwizzleRow<Element>>,
+                                            Shape<_1, _2, _1>, Shape<_128, _128>, false>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong64x128Cluster1:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _1, _1>,
                                             Shape<_64, _128>>,
               kDtype, kB, kAct>(la);
         default:

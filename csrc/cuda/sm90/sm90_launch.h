@@ -47,6 +47,9 @@ enum class KernelConfig : int {
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
   kPingpong64x128 = 5,           // 64x128 tiles for small M
   kPingpong128x128EpiWide = 6,   // the ping-pong tile, 64x128 epilogue subtiles
+  kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
+  kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
+  kPingpong64x128Cluster1 = 9,   // 64x128 tiles, no cluster
 #endif
 };
 
