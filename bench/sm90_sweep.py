@@ -133,6 +133,8 @@ def main():
     for i, (m, k, n, act, z) in enumerate(CASES):
         ratios = {c: results[c][i]["ms"] / results[c][i]["mm_ms"] for c in cfgs}
         ratios = {c: r for c, r in ratios.items() if r == r}  # NaN: not run
+        if not ratios:
+            continue
         bad = {c for c in cfgs if results[c][i]["err"] > 2e-2}
         best = min(ratios, key=ratios.get)
         cells = "".join(f"{ratios[c]:>22.3f}{'*' if c == best else ' '}{'!' if c in bad else ' '}"

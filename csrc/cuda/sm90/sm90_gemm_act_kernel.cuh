@@ -577,11 +577,11 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
               kDtype, kB, kAct>(la);
         case KernelConfig::kCooperative128x256NoZ:
           return detail::run_kernel<
-              detail::ConfigCooperative128x256<Element, Shape<_128, SwizzleRow<Element>>, false>,
+              detail::ConfigCooperative128x256<Element, Shape<_128, detail::SwizzleRow<Element>>, false>,
               kDtype, kB, kAct>(la);
         case KernelConfig::kPingpong128x128NoZ:
           return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, SwizzleRow<Element>>,
+              detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
                                             Shape<_1, _2, _1>, Shape<_128, _128>, false>,
               kDtype, kB, kAct>(la);
         case KernelConfig::kPingpong64x128Cluster1:
