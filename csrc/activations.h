@@ -24,16 +24,18 @@ struct ActConstants {
   static constexpr double kGeluTanhCubic = 0.044715;
 };
 
-// Each activation: `forward(z, slope)` and `grad(saved, slope)` = act'(z),
-// where `saved` is y = act(z) when kGradFromOutput, else z. `slope` is
-// leaky_relu's negative_slope and ignored elsewhere.
+// Each activation: `forward<precision>(z, slope)` and `grad(saved, slope)` =
+// act'(z), where `saved` is y = act(z) when kGradFromOutput, else z. `slope`
+// is leaky_relu's negative_slope and ignored elsewhere; `precision`
+// (act_math.h) lets a float forward whose result is rounded to 16 bits take
+// a cheaper formula (GELU does).
 template <Activation kAct>
 struct Act;
 
 template <>
 struct Act<Activation::None> {
   static constexpr bool kGradFromOutput = true;
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return z; }
   template <class T>
   GEMM_ACT_HD static T grad(T, T) { return T(1); }
@@ -43,7 +45,7 @@ template <>
 struct Act<Activation::ReLU> {
   static constexpr bool kGradFromOutput = true;
   // `z < 0 ? 0 : z` keeps NaN (and -0.0) as torch.relu does.
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return z < T(0) ? T(0) : z; }
   // threshold_backward: y <= 0 gives 0, anything else (NaN too) passes.
   template <class T>
@@ -54,7 +56,7 @@ template <>
 struct Act<Activation::LeakyReLU> {
   // Valid for slope >= 0 (checked by the op): then y > 0 exactly when z > 0.
   static constexpr bool kGradFromOutput = true;
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T slope) { return z > T(0) ? z : z * slope; }
   template <class T>
   GEMM_ACT_HD static T grad(T y, T slope) { return y > T(0) ? T(1) : slope; }
@@ -63,7 +65,7 @@ struct Act<Activation::LeakyReLU> {
 template <>
 struct Act<Activation::Tanh> {
   static constexpr bool kGradFromOutput = true;
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return math::tanh(z); }
   template <class T>
   GEMM_ACT_HD static T grad(T y, T) { return T(1) - y * y; }
@@ -72,7 +74,7 @@ struct Act<Activation::Tanh> {
 template <>
 struct Act<Activation::Sigmoid> {
   static constexpr bool kGradFromOutput = true;
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return math::divide(T(1), T(1) + math::exp(-z)); }
   template <class T>
   GEMM_ACT_HD static T grad(T y, T) { return (T(1) - y) * y; }
@@ -81,10 +83,10 @@ struct Act<Activation::Sigmoid> {
 template <>
 struct Act<Activation::GELU> {
   static constexpr bool kGradFromOutput = false;
-  template <class T>
-  GEMM_ACT_HD static T cdf(T z) { return math::normal_cdf(z); }
-  template <class T>
-  GEMM_ACT_HD static T forward(T z, T) { return z * cdf(z); }
+  template <Precision kP = Precision::kFloat, class T>
+  GEMM_ACT_HD static T cdf(T z) { return math::normal_cdf<kP>(z); }
+  template <Precision kP = Precision::kFloat, class T>
+  GEMM_ACT_HD static T forward(T z, T) { return z * cdf<kP>(z); }
   template <class T>
   GEMM_ACT_HD static T grad(T z, T) {
     const T pdf = math::exp(T(-0.5) * z * z) * T(ActConstants::kInvSqrt2Pi);
@@ -99,7 +101,7 @@ struct Act<Activation::GELUTanh> {
   GEMM_ACT_HD static T inner(T z) {
     return T(ActConstants::kSqrt2OverPi) * (z + T(ActConstants::kGeluTanhCubic) * z * z * z);
   }
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) {
     return T(0.5) * z * (T(1) + math::tanh(inner(z)));
   }
@@ -115,7 +117,7 @@ struct Act<Activation::GELUTanh> {
 template <>
 struct Act<Activation::SiLU> {
   static constexpr bool kGradFromOutput = false;
-  template <class T>
+  template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return math::divide(z, T(1) + math::exp(-z)); }
   template <class T>
   GEMM_ACT_HD static T grad(T z, T) {

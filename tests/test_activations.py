@@ -46,3 +46,34 @@ def test_derivative_matches_torch_autograd(activation, dtype, device):
         deriv = 1 - y_stored**2 if activation == "tanh" else y_stored * (1 - y_stored)
         expected = grad_y.to(dtype).double() * deriv
     assert_close(grad_z, expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_gelu_accuracy_fits_the_dtype(dtype, device):
+    """GELU on a dense grid over [-8, 8]. For |z| <= 6 (act_math.h's
+    polynomial range): fp16/bf16 results (a shorter polynomial) rounded
+    correctly but for 1% of a unit in the last place, fp32 within 3e-6
+    relative.
+    Beyond, where PyTorch's own float GELU is already 0, the tail keeps
+    decaying like the exact one, within 40%. The tolerance of the other
+    tests would not see a tail that is off by orders of magnitude."""
+    z = torch.linspace(-8, 8, 20001, dtype=torch.float64).to(dtype)
+    exact = torch.nn.functional.gelu(z.double())  # float64: erf is exact here
+    ours = apply_activation(z.to(device), "gelu").double().cpu()
+    inside = z.double().abs() <= 6
+    if dtype == torch.float32:
+        torch.testing.assert_close(ours[inside], exact[inside], rtol=3e-6, atol=1e-30)
+    else:
+        # The spacing of `dtype` at the exact value (subnormals: the smallest
+        # step). Correct rounding is within half of it; 5e-6 relative adds
+        # at most 0.01 of it.
+        _, exponent = torch.frexp(exact)
+        finfo = torch.finfo(dtype)
+        ulp = torch.ldexp(torch.full_like(exact, finfo.eps), exponent - 1)
+        ulp = ulp.clamp_min(finfo.smallest_normal * finfo.eps)
+        off = (ours - exact).abs()[inside] / ulp[inside]
+        assert off.max() <= 0.51, f"{off.max():.3f} ulp at z = {z[inside][off.argmax()].item()}"
+    tail = ~inside & (exact.abs() > 4 * torch.finfo(dtype).smallest_normal)  # clear of underflow
+    rel = ((ours - exact).abs() / exact.abs())[tail]
+    assert tail.any() or dtype == torch.float16
+    assert (rel <= 0.4).all(), f"{rel.max():.2f} relative in the tail"

@@ -131,13 +131,14 @@ struct PreactFn {
   }
 };
 
-// y = Act<kAct>::forward(z, slope): activations.h is the single source of the
-// formula; this only adapts it to CUTLASS's fragment-wise functor interface.
+// y = Act<kAct>::forward<kP>(z, slope): activations.h is the single source of
+// the formula; this only adapts it to CUTLASS's fragment-wise functor
+// interface. kP: the precision Y is stored in (act_math.h).
 struct ActArguments {
   float negative_slope = 0.01f;
 };
 
-template <Activation kAct>
+template <Activation kAct, Precision kP>
 struct ActEpilogue {
   template <class T>
   struct Fn {
@@ -148,7 +149,7 @@ struct ActEpilogue {
                                                        Arguments const& args) const {
       cutlass::Array<float, N> y;
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) y[i] = Act<kAct>::forward(z[i], args.negative_slope);
+      for (int i = 0; i < N; ++i) y[i] = Act<kAct>::template forward<kP>(z[i], args.negative_slope);
       return y;
     }
   };
@@ -313,6 +314,12 @@ struct ConfigPingpong128x128 {
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
 
+// Ping-pong with 64x128 tiles for small M; 64x32 epilogue subtiles (the
+// epilogue is a small part of these launches), 8 pipeline stages.
+template <class Element>
+using ConfigPingpong64x128 =
+    ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>, Shape<_64, _128>>;
+
 #ifdef GEMM_ACT_SM90_SWEEP
 // 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
 template <class Element>
@@ -383,7 +390,8 @@ struct GemmActKernel {
   // may leave room for another mainloop stage; it refuses launches with Z.
   static constexpr bool kStoresZ = Config::kStoresZ;
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<ActEpilogue<kAct>::template Fn, Element, ElementCompute, kRound>,
+      fusion::Sm90Compute<ActEpilogue<kAct, precision_for_bytes(sizeof(Element))>::template Fn,
+                          Element, ElementCompute, kRound>,
       cute::conditional_t<kStoresZ, StoreZ, Preact>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -539,11 +547,11 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 
 }  // namespace detail
 
-// fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get both
-// configurations; row-major B and fp32 only the cooperative one, which keeps
-// the build shorter (each configuration adds about a minute of compile time
-// per file) for cases that are rarer and for which ping-pong's gains (3-5%)
-// are small.
+// fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
+// three configurations; row-major B and fp32 only the cooperative one, which
+// keeps the build shorter (each configuration adds about a minute of compile
+// time per file) for cases that are rarer and for which ping-pong's gains
+// (3-5%) are small.
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_gemm_act(const LaunchArgs& la) {
   using Element = typename detail::ElementOf<kDtype>::type;
@@ -552,6 +560,9 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
   if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F32) {
     if (la.config == KernelConfig::kPingpong128x128) {
       return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
+    }
+    if (la.config == KernelConfig::kPingpong64x128) {
+      return detail::run_kernel<detail::ConfigPingpong64x128<Element>, kDtype, kB, kAct>(la);
     }
 #ifdef GEMM_ACT_SM90_SWEEP
     if constexpr (kDtype == Dtype::BF16 &&
@@ -570,11 +581,6 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
         case KernelConfig::kCooperative256x128:
           return detail::run_kernel<detail::ConfigCooperative256x128<Element>, kDtype, kB, kAct>(
               la);
-        case KernelConfig::kPingpong64x128:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
-                                            Shape<_64, _128>>,
-              kDtype, kB, kAct>(la);
         case KernelConfig::kCooperative128x256NoZ:
           return detail::run_kernel<
               detail::ConfigCooperative128x256<Element, Shape<_128, detail::SwizzleRow<Element>>, false>,

@@ -21,14 +21,16 @@ inline TileGeometry tile_geometry(KernelConfig config) {
   switch (config) {
     case KernelConfig::kPingpong128x128:
       return {128, 128, 1, 2};
+    case KernelConfig::kPingpong64x128:
+      return {64, 128, 1, 2};
 #ifdef GEMM_ACT_SM90_SWEEP
     case KernelConfig::kPingpong128x128Epi32:
     case KernelConfig::kPingpong128x128EpiWide:
       return {128, 128, 1, 2};
     case KernelConfig::kCooperative256x128:
       return {256, 128, 2, 1};
-    case KernelConfig::kPingpong64x128:
-      return {64, 128, 1, 2};
+    case KernelConfig::kPingpong64x128Cluster1:
+      return {64, 128, 1, 1};
 #endif
     case KernelConfig::kCooperative128x256:
     default:
@@ -62,7 +64,10 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   //    in one run (bench/results/*_sweep.log; runs differ by up to ~5%):
   //  - Small M (inference): the weight read is the whole cost and the
   //    128x128 tiles give twice the CTAs streaming it (M = 128, N = 16384,
-  //    K = 4096: ping-pong 1.084, cooperative 1.212).
+  //    K = 4096: ping-pong 1.084, cooperative 1.212). For M <= 64, 64x128
+  //    tiles (M = 16, N = 16384, K = 4096, gelu: 1.054 and 1.075 in two
+  //    sweeps against 1.179 and 1.157 for 128x128; at M = 128 they lose,
+  //    1.123 vs 1.093; without the cluster 1.059, no better).
   //  - Long K: cooperative (8192x4096x16384 none: 1.074 vs 1.238).
   //  - Wide N at moderate K (epilogue hidden as below): ping-pong
   //    (4096x11008x4096 silu: 0.522 vs 0.551 ms with 32-wide subtiles; with
@@ -85,6 +90,7 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   la.config = pingpong_compiled && (small_m || (epilogue_hidden && (wide_n || short_k)))
                   ? KernelConfig::kPingpong128x128
                   : KernelConfig::kCooperative128x256;
+  if (pingpong_compiled && p.m <= 64) la.config = KernelConfig::kPingpong64x128;
   if (config_from_env() >= 0) la.config = static_cast<KernelConfig>(config_from_env());
   const TileGeometry g = tile_geometry(la.config);
 

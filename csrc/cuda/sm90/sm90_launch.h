@@ -39,13 +39,17 @@ enum class KernelConfig : int {
   // fp16/bf16 with column-major B (the nn.Linear case) only; everything else
   // runs cooperative.
   kPingpong128x128 = 1,
+  // The ping-pong kernel with 64x128 tiles, for M <= 64 (inference with a
+  // few tokens): the weight streams through the same number of CTAs with
+  // half the wasted MMA rows and 8 pipeline stages instead of 6. Compiled
+  // where ping-pong is.
+  kPingpong64x128 = 5,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B, none and gelu only).
   kCooperative128x256Epi32 = 2,  // the cooperative tile, 128x32 epilogue subtiles
   kPingpong128x128Epi32 = 3,     // the ping-pong tile, 64x32 epilogue subtiles
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
-  kPingpong64x128 = 5,           // 64x128 tiles for small M
   kPingpong128x128EpiWide = 6,   // the ping-pong tile, 64x128 epilogue subtiles
   kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
   kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
