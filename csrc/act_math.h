@@ -77,6 +77,18 @@ GEMM_ACT_HD double normal_cdf(double z) {
   return 0.5 * (1.0 + ::erf(z * 0.70710678118654752440));
 }
 
+// c[0] x^(N-1) + ... + c[N-1], by Horner's rule (N - 1 FMAs; the loop
+// unrolls and the coefficients become immediates).
+template <int N>
+GEMM_ACT_HD float polynomial(float x, const float (&c)[N]) {
+  float r = c[0];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 1; i < N; ++i) r = fmaf(r, x, c[i]);
+  return r;
+}
+
 // g(u) = log2 Phi(-u) + u^2 / (2 ln 2) for u in [0, 6], as used below.
 // kFloat: a degree-10 polynomial in t = u/3 - 1 (least-squares Chebyshev fit
 // on [0, 6], float coefficients), to 4e-7. kHalf: degree 7 in u directly,
@@ -84,27 +96,14 @@ GEMM_ACT_HD double normal_cdf(double z) {
 template <Precision kP>
 GEMM_ACT_HD float log2_normal_tail_smooth(float u) {
   if constexpr (kP == Precision::kHalf) {
-    float g = -1.834810973e-06f;
-    g = fmaf(g, u, 6.159828627e-05f);
-    g = fmaf(g, u, -9.305247804e-04f);
-    g = fmaf(g, u, 8.507890627e-03f);
-    g = fmaf(g, u, -5.396007001e-02f);
-    g = fmaf(g, u, 2.628831267e-01f);
-    g = fmaf(g, u, -1.151251078e+00f);
-    return fmaf(g, u, -9.999952912e-01f);
+    const float c[] = {-1.834810973e-06f, 6.159828627e-05f, -9.305247804e-04f, 8.507890627e-03f,
+                       -5.396007001e-02f, 2.628831267e-01f, -1.151251078e+00f, -9.999952912e-01f};
+    return polynomial(u, c);
   } else {
-    const float t = fmaf(u, 1.0f / 3.0f, -1.0f);
-    float g = -6.955044810e-04f;
-    g = fmaf(g, t, 8.906872245e-04f);
-    g = fmaf(g, t, 1.686388045e-03f);
-    g = fmaf(g, t, -6.136647426e-03f);
-    g = fmaf(g, t, 1.534978300e-02f);
-    g = fmaf(g, t, -3.925830498e-02f);
-    g = fmaf(g, t, 9.222940356e-02f);
-    g = fmaf(g, t, -2.043862790e-01f);
-    g = fmaf(g, t, 4.580745995e-01f);
-    g = fmaf(g, t, -1.225271344e+00f);
-    return fmaf(g, t, -3.040806055e+00f);
+    const float c[] = {-6.955044810e-04f, 8.906872245e-04f, 1.686388045e-03f, -6.136647426e-03f,
+                       1.534978300e-02f,  -3.925830498e-02f, 9.222940356e-02f, -2.043862790e-01f,
+                       4.580745995e-01f,  -1.225271344e+00f, -3.040806055e+00f};
+    return polynomial(fmaf(u, 1.0f / 3.0f, -1.0f), c);
   }
 }
 
