@@ -1,10 +1,15 @@
 """Measures the sm90 kernel's tile configurations against each other and
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Needs an extension built with GEMM_ACT_SM90_SWEEP=1 (which compiles the extra
-candidate configurations for bf16, `none` and `gelu`). Each configuration
-runs in its own process with TORCH_GEMM_ACT_SM90_CONFIG set (the extension
-reads it once); "auto" is the heuristic's own choice.
+Configurations 0, 1 and 5 (and "auto", the heuristic's own choice) exist in
+every build; the others are candidates compiled only with
+GEMM_ACT_SM90_SWEEP=1 (bf16, `none` and `gelu`; in any other build forcing
+one runs the cooperative kernel). TORCH_GEMM_ACT_SM90_CONFIG, which the
+extension reads on every call, picks the configuration. For each problem
+torch.mm and the configurations take turns, --rounds times, and each keeps
+the median of its rounds: a GPU clock that drifts with heat and power costs
+them all alike (separate processes one after the other measured the same
+kernel up to 10% apart).
 
     GEMM_ACT_SM90_SWEEP=1 python setup.py build_ext --inplace
     python bench/sm90_sweep.py [--configs auto,0,1] [--out sweep.json]
@@ -13,18 +18,17 @@ reads it once); "auto" is the heuristic's own choice.
 import argparse
 import json
 import os
-import subprocess
-import sys
+import statistics
 
 # KernelConfig in csrc/cuda/sm90/sm90_launch.h.
 CONFIGS = {
     "auto": "heuristic",
     "0": "coop128x256",
     "1": "pp128x128",
+    "5": "pp64x128",
     "2": "coop128x256/epi128x32",
     "3": "pp128x128/epi64x32",
     "4": "coop256x128/c2x1",
-    "5": "pp64x128",
     "6": "pp128x128/epi64x128",
     "7": "coop128x256/noZ",
     "8": "pp128x128/noZ",
@@ -32,52 +36,111 @@ CONFIGS = {
 }
 # Configurations without the Z store: they decline launches that write Z.
 NO_Z_CONFIGS = {"7", "8"}
+ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
-# (M, K, N, activation, store Z)
+# (M, K, N, activation, store Z, dtype)
 CASES = [
-    (8192, 4096, 16384, "gelu", False), (8192, 4096, 16384, "gelu", True),
-    (8192, 16384, 4096, "none", False),
-    (4096, 4096, 4096, "gelu", False), (4096, 4096, 4096, "gelu", True),
-    (16384, 1024, 4096, "none", False), (16384, 1024, 4096, "gelu", False),
-    (16384, 1024, 4096, "gelu", True),
-    (32768, 768, 3072, "none", False), (32768, 768, 3072, "gelu", False),
-    (32768, 768, 3072, "gelu", True),
-    (4096, 4096, 11008, "gelu", True),
-    (16, 4096, 16384, "gelu", False), (128, 4096, 16384, "gelu", False),
+    (8192, 4096, 16384, "gelu", False, "bf16"), (8192, 4096, 16384, "gelu", True, "bf16"),
+    (8192, 16384, 4096, "none", False, "bf16"),
+    (4096, 4096, 4096, "gelu", False, "bf16"), (4096, 4096, 4096, "gelu", True, "bf16"),
+    (4096, 4096, 4096, "relu", False, "fp16"),
+    (16384, 1024, 4096, "none", False, "bf16"), (16384, 1024, 4096, "gelu", False, "bf16"),
+    (16384, 1024, 4096, "gelu", True, "bf16"),
+    (32768, 768, 3072, "none", False, "bf16"), (32768, 768, 3072, "gelu", False, "bf16"),
+    (32768, 768, 3072, "gelu", True, "bf16"),
+    (4096, 4096, 11008, "silu", True, "bf16"),
+    (16, 4096, 16384, "gelu", False, "bf16"), (128, 4096, 16384, "gelu", False, "bf16"),
 ]
 
 
-def measure(rep):
+def use_config(cfg):
+    if cfg == "auto":
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = cfg
+
+
+def measure(configs, rounds, rep, only=None):
     import torch
     from triton.testing import do_bench
 
     import torch_gemm_act as tga
 
+    def bench(fn):
+        return do_bench(fn, warmup=10, rep=rep, return_mode="median")
+
     out = []
-    no_z = os.environ.get("TORCH_GEMM_ACT_SM90_CONFIG") in NO_Z_CONFIGS
-    for m, k, n, act, store_z in CASES:
-        if store_z and no_z:
-            out.append({"M": m, "K": k, "N": n, "activation": act, "z": store_z, "mm_ms": float("nan"),
-                        "ms": float("nan"), "err": 0.0})
+    for case in CASES:
+        m, k, n, act, store_z, dt = case
+        if only and f"{m}x{k}x{n}" not in only:
             continue
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
-        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
+        bias = torch.randn(n, device="cuda", dtype=dtype)
         z_ref = torch.nn.functional.linear(a.float(), w.float(), bias.float())
-        y_ref = torch.nn.functional.gelu(z_ref) if act == "gelu" else z_ref
-        mm_ms = do_bench(lambda: torch.mm(a, w.t()), warmup=25, rep=rep, return_mode="median")
+        twin = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+                "relu": torch.relu, "none": lambda t: t}[act]
+        y_ref = twin(z_ref)
 
         def run():
             return tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z)
 
-        got = run()
-        got = got[0] if store_z else got
-        err = ((got.float() - y_ref).abs().max() / y_ref.abs().max()).item()
-        ms = do_bench(run, warmup=25, rep=rep, return_mode="median")
-        out.append({"M": m, "K": k, "N": n, "activation": act, "z": store_z, "mm_ms": mm_ms,
-                    "ms": ms, "err": err})
-        del a, w, bias
+        ran = [c for c in configs if not (store_z and c in NO_Z_CONFIGS)]
+        errs = {}
+        for cfg in ran:
+            use_config(cfg)
+            got = run()
+            got = got[0] if store_z else got
+            errs[cfg] = ((got.float() - y_ref).abs().max() / y_ref.abs().max()).item()
+        times = {cfg: [] for cfg in ran}
+        mm = []
+        for _ in range(rounds):
+            mm.append(bench(lambda: torch.mm(a, w.t())))
+            for cfg in ran:
+                use_config(cfg)
+                times[cfg].append(bench(run))
+        use_config("auto")
+        mm_ms = statistics.median(mm)
+        out.append({"M": m, "K": k, "N": n, "activation": act, "z": store_z, "dtype": dt,
+                    "mm_ms": mm_ms, "ms": {c: statistics.median(t) for c, t in times.items()},
+                    "err": errs})
+        del a, w, bias, z_ref, y_ref
     return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", default="auto,0,1,5")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rep", type=int, default=20, help="do_bench time per round, ms")
+    p.add_argument("--only", default=None, help="comma-separated MxKxN shapes to run")
+    p.add_argument("--out", default=None)
+    p.add_argument("--profile", metavar="M,K,N,ACT,Z",
+                   help="run one bf16 case three times and exit (for ncu --launch-skip 2)")
+    args = p.parse_args()
+    if args.profile:
+        profile_one(*args.profile.split(","))
+        return
+    configs = args.configs.split(",")
+    results = measure(configs, args.rounds, args.rep, args.only.split(",") if args.only else None)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"configs": {c: CONFIGS.get(c, "?") for c in configs}, "rows": results}, f, indent=1)
+
+    print(f"\ntime / torch.mm (bias per column; median of {args.rounds} interleaved rounds); "
+          "* marks the best, ! a wrong result, - not run")
+    print(f"{'M x K x N':<18}{'dt':<5}{'act':<6}{'Z':<3}{'mm ms':>8}"
+          + "".join(f"{CONFIGS.get(c, c):>24}" for c in configs))
+    for r in results:
+        ratios = {c: ms / r["mm_ms"] for c, ms in r["ms"].items()}
+        best = min(ratios, key=ratios.get)
+        cells = "".join(
+            f"{ratios[c]:>22.3f}{'*' if c == best else ' '}{'!' if r['err'][c] > 2e-2 else ' '}"
+            if c in ratios else f"{'-':>24}" for c in configs)
+        shape = f"{r['M']}x{r['K']}x{r['N']}"
+        print(f"{shape:<18}{r['dtype']:<5}{r['activation']:<6}"
+              f"{'y' if r['z'] else 'n':<3}{r['mm_ms']:>8.3f}" + cells)
 
 
 def profile_one(m, k, n, act, store_z):
@@ -92,56 +155,6 @@ def profile_one(m, k, n, act, store_z):
     for _ in range(3):
         tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z == "1")
     torch.cuda.synchronize()
-
-
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--rep", type=int, default=60)
-    p.add_argument("--out", default=None)
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--profile", metavar="M,K,N,ACT,Z",
-                   help="run one case three times and exit (for ncu --launch-skip 2)")
-    args = p.parse_args()
-    if args.profile:
-        profile_one(*args.profile.split(","))
-        return
-    if args.child:
-        print(json.dumps(measure(args.rep)))
-        return
-
-    results = {}
-    for cfg in args.configs.split(","):
-        env = dict(os.environ)
-        env.pop("TORCH_GEMM_ACT_SM90_CONFIG", None)
-        if cfg != "auto":
-            env["TORCH_GEMM_ACT_SM90_CONFIG"] = cfg
-        r = subprocess.run([sys.executable, __file__, "--child", "--rep", str(args.rep)], env=env,
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"config {cfg}: failed\n{r.stderr[-2000:]}", flush=True)
-            continue
-        results[cfg] = json.loads(r.stdout.strip().splitlines()[-1])
-        print(f"config {cfg} ({CONFIGS.get(cfg, '?')}): done", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-
-    cfgs = list(results)
-    print("\ntime / torch.mm (bf16, bias per column); * marks the best, ! a wrong result")
-    print(f"{'M x K x N':<18}{'act':<6}{'Z':<3}{'mm ms':>8}" + "".join(f"{CONFIGS[c]:>24}" for c in cfgs))
-    for i, (m, k, n, act, z) in enumerate(CASES):
-        ratios = {c: results[c][i]["ms"] / results[c][i]["mm_ms"] for c in cfgs}
-        ratios = {c: r for c, r in ratios.items() if r == r}  # NaN: not run
-        if not ratios:
-            continue
-        bad = {c for c in cfgs if results[c][i]["err"] > 2e-2}
-        best = min(ratios, key=ratios.get)
-        cells = "".join(f"{ratios[c]:>22.3f}{'*' if c == best else ' '}{'!' if c in bad else ' '}"
-                        if c in ratios else f"{'-':>24}" for c in cfgs)
-        mm_ms = min(results[c][i]["mm_ms"] for c in cfgs if c in ratios)
-        print(f"{f'{m}x{k}x{n}':<18}{act:<6}{'y' if z else 'n':<3}{mm_ms:>8.3f}"
-              + cells)
 
 
 if __name__ == "__main__":

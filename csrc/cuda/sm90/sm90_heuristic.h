@@ -42,12 +42,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // TORCH_GEMM_ACT_SM90_CONFIG=<KernelConfig number> forces a configuration
 // (for measuring them against each other: bench/sm90_sweep.py); -1 if unset.
+// Read on every call (a lookup in the environment, well under a launch's
+// cost) so the sweep can take the configurations in turns in one process.
 inline int config_from_env() {
-  static const int forced = [] {
-    const char* env = std::getenv("TORCH_GEMM_ACT_SM90_CONFIG");
-    return env != nullptr && *env != '\0' ? std::atoi(env) : -1;
-  }();
-  return forced;
+  const char* env = std::getenv("TORCH_GEMM_ACT_SM90_CONFIG");
+  return env != nullptr && *env != '\0' ? std::atoi(env) : -1;
 }
 
 // Fills la.config, la.raster and la.max_swizzle for the problem in `p`, whose
@@ -91,7 +90,8 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
                   ? KernelConfig::kPingpong128x128
                   : KernelConfig::kCooperative128x256;
   if (pingpong_compiled && p.m <= 64) la.config = KernelConfig::kPingpong64x128;
-  if (config_from_env() >= 0) la.config = static_cast<KernelConfig>(config_from_env());
+  const int forced = config_from_env();
+  if (forced >= 0) la.config = static_cast<KernelConfig>(forced);
   const TileGeometry g = tile_geometry(la.config);
 
   // 2. Raster order: walk along the dimension of the smaller operand, so the
