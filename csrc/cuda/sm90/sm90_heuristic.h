@@ -57,36 +57,32 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
                           LaunchArgs& la) {
   // 1. Tile configuration. Ping-pong hides one tile's epilogue behind the
   //    other warpgroup's mainloop, so it wins wherever that mainloop lasts
-  //    at least as long as the epilogue; cooperative runs the epilogue on
-  //    all 256 consumer threads and has the better mainloop for long K.
-  //    Shapes are MxNxK; bf16, 64-wide epilogue subtiles, time / torch.mm
-  //    in one run (bench/results/*_sweep.log; runs differ by up to ~5%):
+  //    about as long as the epilogue; cooperative runs the epilogue on all
+  //    256 consumer threads and has the better mainloop for long K. Shapes
+  //    are MxNxK, bf16, time / torch.mm. The numbers are from
+  //    bench/results/20261123T092600Z_618f6cb_sweep.log, where torch.mm and
+  //    the configurations take turns in one process (one configuration
+  //    still reads up to ~3% apart from itself); "earlier" cites the older
+  //    sweeps (one process per configuration, ~10% apart from itself):
   //  - Small M (inference): the weight read is the whole cost and the
   //    128x128 tiles give twice the CTAs streaming it (M = 128, N = 16384,
-  //    K = 4096: ping-pong 1.084, cooperative 1.212). For M <= 64, 64x128
-  //    tiles (M = 16, N = 16384, K = 4096, gelu: 1.054 and 1.075 in two
-  //    sweeps against 1.179 and 1.157 for 128x128; at M = 128 they lose,
-  //    1.123 vs 1.093; without the cluster 1.059, no better).
-  //  - Long K: cooperative (8192x4096x16384 none: 1.074 vs 1.238).
-  //  - Wide N at moderate K (epilogue hidden as below): ping-pong
-  //    (4096x11008x4096 silu: 0.522 vs 0.551 ms with 32-wide subtiles; with
-  //    64-wide ones the sweep's gelu + Z runs of one configuration spread
-  //    over 1.10-1.20, too wide to rank the two there).
-  //  - Short K: ping-pong when its epilogue fits behind a K <= 1024
-  //    mainloop: a cheap activation (16384x4096x1024 none: 0.898 vs 1.058;
-  //    32768x3072x768 none: 1.036 vs 1.137) or K = 1024 (16384x4096x1024
-  //    gelu + Z: 1.292 vs 1.335). At K = 768 an expensive activation's
-  //    epilogue outlasts it and cooperative wins (32768x3072x768 gelu + Z:
-  //    1.496 vs 1.599).
-  //  - Otherwise cooperative (4096^3 gelu + Z: 1.136 vs 1.189).
-  const bool cheap_activation = p.activation == Activation::None ||
-                                p.activation == Activation::ReLU ||
-                                p.activation == Activation::LeakyReLU;
-  const bool epilogue_hidden = cheap_activation || p.k >= 1024;
+  //    K = 4096, gelu: ping-pong 1.074, cooperative 1.201). For M <= 64,
+  //    64x128 tiles (M = 16: 1.071 against 1.138 for 128x128; earlier
+  //    1.054 and 1.075 against 1.179 and 1.157; at M = 128 a tie, 1.079).
+  //  - Long K: cooperative (8192x4096x16384 none: 1.067 vs 1.434).
+  //  - Wide N: ping-pong (8192x16384x4096 gelu: 1.073 vs 1.121; with Z
+  //    1.019 vs 1.139; 4096x11008x4096 silu + Z: 0.973 vs 1.129).
+  //  - Short K: ping-pong (16384x4096x1024 none 0.969 vs 1.117, gelu
+  //    1.153 vs 1.345, gelu + Z 1.224 vs 1.351; 32768x3072x768 none 1.045
+  //    vs 1.214, gelu 1.362 vs 1.415, gelu + Z 1.435 vs 1.478). Before the
+  //    16-bit GELU lost 4 instructions per element, cooperative won the
+  //    K = 768 gelu + Z case (earlier: 1.496 vs 1.599).
+  //  - Otherwise cooperative; at 4096^3 the two tie (gelu 1.094 vs 1.099,
+  //    gelu + Z 1.055 vs 1.046, fp16 relu 1.019 vs 1.018).
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   const bool short_k = p.k <= 1024;
-  la.config = pingpong_compiled && (small_m || (epilogue_hidden && (wide_n || short_k)))
+  la.config = pingpong_compiled && (small_m || wide_n || short_k)
                   ? KernelConfig::kPingpong128x128
                   : KernelConfig::kCooperative128x256;
   if (pingpong_compiled && p.m <= 64) la.config = KernelConfig::kPingpong64x128;
