@@ -126,6 +126,13 @@ struct Act<Activation::SiLU> {
   }
 };
 
+// act(z) for a result stored as `Stored` (fp16, bf16, float, double), at the
+// precision that storage needs (act_math.h). What every kernel calls.
+template <Activation kAct, class Stored, class T>
+GEMM_ACT_HD T activate(T z, T slope) {
+  return Act<kAct>::template forward<precision_for_bytes(sizeof(Stored))>(z, slope);
+}
+
 // The public name of each activation (DESIGN.md's table).
 constexpr const char* activation_name(Activation act) {
   switch (act) {

@@ -34,8 +34,7 @@ void fused_epilogue(const GemmActArgs& args, const at::Tensor& acc) {
         if constexpr (kBias == BiasKind::Scalar) pre += static_cast<opmath_t>(bias[0]);
         if constexpr (kBias == BiasKind::PerColumn) pre += static_cast<opmath_t>(bias[col]);
         if constexpr (kBias == BiasKind::PerRow) pre += static_cast<opmath_t>(bias[row]);
-        y[row * n + col] = static_cast<scalar_t>(
-            Act<kAct>::template forward<precision_for_bytes(sizeof(scalar_t))>(pre, slope));
+        y[row * n + col] = static_cast<scalar_t>(activate<kAct, scalar_t>(pre, slope));
         if (z != nullptr) z[row * n + col] = static_cast<scalar_t>(pre);
       }
     }

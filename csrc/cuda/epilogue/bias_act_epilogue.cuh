@@ -123,8 +123,7 @@ struct EpilogueBiasAct {
       } else if constexpr (kBias != BiasKind::None) {
         z += rbias;
       }
-      y_out.v[j] = Num::from_compute(
-          Act<kAct>::template forward<precision_for_bytes(sizeof(Element))>(z, p.slope));
+      y_out.v[j] = Num::from_compute(activate<kAct, Element>(z, p.slope));
       z_out.v[j] = Num::from_compute(z);
     }
 

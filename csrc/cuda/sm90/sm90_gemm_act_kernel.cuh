@@ -131,14 +131,14 @@ struct PreactFn {
   }
 };
 
-// y = Act<kAct>::forward<kP>(z, slope): activations.h is the single source of
+// y = activate<kAct, Element>(z, slope): activations.h is the single source of
 // the formula; this only adapts it to CUTLASS's fragment-wise functor
-// interface. kP: the precision Y is stored in (act_math.h).
+// interface. Element: what Y is stored as.
 struct ActArguments {
   float negative_slope = 0.01f;
 };
 
-template <Activation kAct, Precision kP>
+template <Activation kAct, class Element>
 struct ActEpilogue {
   template <class T>
   struct Fn {
@@ -149,7 +149,7 @@ struct ActEpilogue {
                                                        Arguments const& args) const {
       cutlass::Array<float, N> y;
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) y[i] = Act<kAct>::template forward<kP>(z[i], args.negative_slope);
+      for (int i = 0; i < N; ++i) y[i] = activate<kAct, Element>(z[i], args.negative_slope);
       return y;
     }
   };
@@ -390,8 +390,8 @@ struct GemmActKernel {
   // may leave room for another mainloop stage; it refuses launches with Z.
   static constexpr bool kStoresZ = Config::kStoresZ;
   using Callbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<ActEpilogue<kAct, precision_for_bytes(sizeof(Element))>::template Fn,
-                          Element, ElementCompute, kRound>,
+      fusion::Sm90Compute<ActEpilogue<kAct, Element>::template Fn, Element, ElementCompute,
+                          kRound>,
       cute::conditional_t<kStoresZ, StoreZ, Preact>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<

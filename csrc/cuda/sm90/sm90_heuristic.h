@@ -82,10 +82,11 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   const bool short_k = p.k <= 1024;
-  la.config = pingpong_compiled && (small_m || wide_n || short_k)
-                  ? KernelConfig::kPingpong128x128
-                  : KernelConfig::kCooperative128x256;
-  if (pingpong_compiled && p.m <= 64) la.config = KernelConfig::kPingpong64x128;
+  if (!pingpong_compiled || !(small_m || wide_n || short_k)) {
+    la.config = KernelConfig::kCooperative128x256;
+  } else {
+    la.config = p.m <= 64 ? KernelConfig::kPingpong64x128 : KernelConfig::kPingpong128x128;
+  }
   const int forced = config_from_env();
   if (forced >= 0) la.config = static_cast<KernelConfig>(forced);
   const TileGeometry g = tile_geometry(la.config);
