@@ -26,13 +26,12 @@ CONFIGS = {
     "0": "coop128x256",
     "1": "pp128x128",
     "5": "pp64x128",
-    "2": "coop128x256/epi128x32",
-    "3": "pp128x128/epi64x32",
     "4": "coop256x128/c2x1",
-    "6": "pp128x128/epi64x128",
     "7": "coop128x256/noZ",
     "8": "pp128x128/noZ",
-    "9": "pp64x128/c1x1",
+    "10": "pp64x256/c2x1",
+    "11": "pp64x256/c2x1/epi32",
+    "12": "pp64x256/c1x1/epi32",
 }
 # Configurations without the Z store: they decline launches that write Z.
 NO_Z_CONFIGS = {"7", "8"}

@@ -57,6 +57,11 @@ python3 bench/sm90_sweep.py --configs "${SWEEP_CONFIGS:-auto,0,1,5}" --out "$OUT
   | tee "$OUT/sweep.log" | tail -22
 fi
 
+if want mmkernels; then
+step "the kernels torch.mm (cuBLAS) runs per benchmark shape"
+python3 scripts/diag/mm_kernels.py 2>&1 | tee "$OUT/mm_kernels.log" | tail -60
+fi
+
 # ncu_case SPEC NCU_OPTIONS...: profiles the third sm90 launch of one problem,
 # SPEC = 'M,K,N,act,z[,config]' (config: a forced KernelConfig number).
 ncu_case() {

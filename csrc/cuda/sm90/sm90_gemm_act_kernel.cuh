@@ -569,15 +569,6 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
                   (kAct == Activation::None || kAct == Activation::GELU)) {
       using namespace cute;
       switch (la.config) {
-        case KernelConfig::kCooperative128x256Epi32:
-          return detail::run_kernel<
-              detail::ConfigCooperative128x256<Element, Shape<_128, _32>>, kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong128x128Epi32:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>>, kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong128x128EpiWide:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _128>>, kDtype, kB, kAct>(la);
         case KernelConfig::kCooperative256x128:
           return detail::run_kernel<detail::ConfigCooperative256x128<Element>, kDtype, kB, kAct>(
               la);
@@ -590,10 +581,20 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
               detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
                                             Shape<_1, _2, _1>, Shape<_128, _128>, false>,
               kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong64x128Cluster1:
+        case KernelConfig::kPingpong64x256:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
+                                            Shape<_2, _1, _1>, Shape<_64, _256>>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong64x256Epi32:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_2, _1, _1>,
+                                            Shape<_64, _256>>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong64x256Cluster1:
           return detail::run_kernel<
               detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _1, _1>,
-                                            Shape<_64, _128>>,
+                                            Shape<_64, _256>>,
               kDtype, kB, kAct>(la);
         default:
           break;

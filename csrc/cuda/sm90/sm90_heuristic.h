@@ -24,13 +24,15 @@ inline TileGeometry tile_geometry(KernelConfig config) {
     case KernelConfig::kPingpong64x128:
       return {64, 128, 1, 2};
 #ifdef GEMM_ACT_SM90_SWEEP
-    case KernelConfig::kPingpong128x128Epi32:
-    case KernelConfig::kPingpong128x128EpiWide:
-      return {128, 128, 1, 2};
     case KernelConfig::kCooperative256x128:
       return {256, 128, 2, 1};
-    case KernelConfig::kPingpong64x128Cluster1:
-      return {64, 128, 1, 1};
+    case KernelConfig::kPingpong128x128NoZ:
+      return {128, 128, 1, 2};
+    case KernelConfig::kPingpong64x256:
+    case KernelConfig::kPingpong64x256Epi32:
+      return {64, 256, 2, 1};
+    case KernelConfig::kPingpong64x256Cluster1:
+      return {64, 256, 1, 1};
 #endif
     case KernelConfig::kCooperative128x256:
     default:

@@ -47,13 +47,17 @@ enum class KernelConfig : int {
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B, none and gelu only).
-  kCooperative128x256Epi32 = 2,  // the cooperative tile, 128x32 epilogue subtiles
-  kPingpong128x128Epi32 = 3,     // the ping-pong tile, 64x32 epilogue subtiles
+  // Numbers 2, 3, 6 and 9 were epilogue-subtile and cluster variants of the
+  // tiles above, measured no better (bench/results/*_sweep.log) and retired.
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
-  kPingpong128x128EpiWide = 6,   // the ping-pong tile, 64x128 epilogue subtiles
   kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
   kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
-  kPingpong64x128Cluster1 = 9,   // 64x128 tiles, no cluster
+  // Ping-pong with 64x256 tiles: the m64n256 wgmma reads the fewest shared-
+  // memory bytes per flop, and each tile's epilogue still overlaps the other
+  // warpgroup's mainloop.
+  kPingpong64x256 = 10,          // cluster 2x1 sharing B, 64x64 epilogue subtiles, 4 stages
+  kPingpong64x256Epi32 = 11,     // cluster 2x1, 64x32 epilogue subtiles, 5 stages
+  kPingpong64x256Cluster1 = 12,  // no cluster, 64x32 epilogue subtiles, 5 stages
 #endif
 };
 
