@@ -581,20 +581,15 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
               detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
                                             Shape<_1, _2, _1>, Shape<_128, _128>, false>,
               kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong64x256:
+        case KernelConfig::kPingpong128x64:
           return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
-                                            Shape<_2, _1, _1>, Shape<_64, _256>>,
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
+                                            Shape<_128, _64>>,
               kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong64x256Epi32:
+        case KernelConfig::kPingpong64x64:
           return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_2, _1, _1>,
-                                            Shape<_64, _256>>,
-              kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong64x256Cluster1:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _1, _1>,
-                                            Shape<_64, _256>>,
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
+                                            Shape<_64, _64>>,
               kDtype, kB, kAct>(la);
         default:
           break;

@@ -52,12 +52,13 @@ enum class KernelConfig : int {
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
   kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
   kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
-  // Ping-pong with 64x256 tiles: the m64n256 wgmma reads the fewest shared-
-  // memory bytes per flop, and each tile's epilogue still overlaps the other
-  // warpgroup's mainloop.
-  kPingpong64x256 = 10,          // cluster 2x1 sharing B, 64x64 epilogue subtiles, 4 stages
-  kPingpong64x256Epi32 = 11,     // cluster 2x1, 64x32 epilogue subtiles, 5 stages
-  kPingpong64x256Cluster1 = 12,  // no cluster, 64x32 epilogue subtiles, 5 stages
+  // Weight streaming for small M: 64-column tiles give each CTA two tiles
+  // or more, so one tile's epilogue overlaps the next one's loads (the
+  // MMA's shared-memory reads per flop do not matter there). Numbers 10-12
+  // were 64x256 ping-pong tiles, measured slower everywhere (bench/results/
+  // 20261123T105200Z_de416a2_sweep.log) and retired.
+  kPingpong128x64 = 13,          // 128x64 tiles, cluster 1x2, 64x32 epilogue subtiles
+  kPingpong64x64 = 14,           // 64x64 tiles, cluster 1x2, 64x32 epilogue subtiles
 #endif
 };
 
