@@ -59,6 +59,8 @@ CASES = [
     (32768, 768, 3072, "gelu", True, "bf16"),
     (4096, 4096, 11008, "silu", True, "bf16"),
     (16, 4096, 16384, "gelu", False, "bf16"), (128, 4096, 16384, "gelu", False, "bf16"),
+    (16384, 1024, 4096, "gelu_tanh", False, "bf16"), (16384, 1024, 4096, "gelu_tanh", True, "bf16"),
+    (4096, 4096, 4096, "gelu_tanh", True, "bf16"), (16384, 1024, 4096, "tanh", False, "bf16"),
 ]
 
 
@@ -89,7 +91,8 @@ def measure(configs, rounds, rep, only=None):
         bias = torch.randn(n, device="cuda", dtype=dtype)
         z_ref = torch.nn.functional.linear(a.float(), w.float(), bias.float())
         twin = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
-                "relu": torch.relu, "none": lambda t: t}[act]
+                "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+                "tanh": torch.tanh, "relu": torch.relu, "none": lambda t: t}[act]
         y_ref = twin(z_ref)
 
         def run():
@@ -139,7 +142,7 @@ def main():
 
     print(f"\ntime / torch.mm (bias per column; median of {args.rounds} interleaved rounds); "
           "* marks the best, ! a wrong result, - not run")
-    print(f"{'M x K x N':<18}{'dt':<5}{'act':<6}{'Z':<3}{'mm ms':>8}"
+    print(f"{'M x K x N':<18}{'dt':<5}{'act':<10}{'Z':<3}{'mm ms':>8}"
           + "".join(f"{CONFIGS.get(c, c):>24}" for c in configs))
     for r in results:
         ratios = {c: ms / r["mm_ms"] for c, ms in r["ms"].items()}
@@ -148,7 +151,7 @@ def main():
             f"{ratios[c]:>22.3f}{'*' if c == best else ' '}{'!' if r['err'][c] > 2e-2 else ' '}"
             if c in ratios else f"{'-':>24}" for c in configs)
         shape = f"{r['M']}x{r['K']}x{r['N']}"
-        print(f"{shape:<18}{r['dtype']:<5}{r['activation']:<6}"
+        print(f"{shape:<18}{r['dtype']:<5}{r['activation']:<10}"
               f"{'y' if r['z'] else 'n':<3}{r['mm_ms']:>8.3f}" + cells)
 
 

@@ -32,10 +32,10 @@ constexpr Precision precision_for_bytes(unsigned long bytes) {
 
 namespace math {
 
+constexpr double kLog2e = 1.44269504088896340736;  // 1 / ln 2
+
 GEMM_ACT_HD float exp(float x) { return ::expf(x); }
 GEMM_ACT_HD double exp(double x) { return ::exp(x); }
-GEMM_ACT_HD float tanh(float x) { return ::tanhf(x); }
-GEMM_ACT_HD double tanh(double x) { return ::tanh(x); }
 
 // a / b. On the GPU: an approximate reciprocal times a (2 ulp, no slow path);
 // b beyond 2^126 gives 0 (a finite) or NaN (a infinite), the limits the
@@ -87,6 +87,43 @@ GEMM_ACT_HD float polynomial(float x, const float (&c)[N]) {
 #endif
   for (int i = 1; i < N; ++i) r = fmaf(r, x, c[i]);
   return r;
+}
+
+// tanh(x) in float without a branch (libdevice's tanhf branches between a
+// polynomial and an exponential): both are computed and one is selected.
+// |x| >= 0.55: (1 - e) / (1 + e) with e = 2^(-2|x| log2 e) in (0, 1], which
+// neither overflows nor cancels there; below, tanh(a) = a + a^3 P(a^2)
+// (least-squares fit on [0, 0.55], 2e-9 relative), where the quotient would
+// cancel. Relative error below 1e-6 on the GPU (approximate ex2 and
+// division). tanh(+-inf) = +-1, tanh(NaN) = NaN, tanh(-0) = -0.
+GEMM_ACT_HD float tanh(float x) {
+  const float a = fabsf(x);
+  const float e = exp2_flush(a * float(-2 * kLog2e));
+  const float quotient = divide(1.0f - e, 1.0f + e);
+  const float a2 = a * a;
+  const float c[] = {-6.446250714e-03f, 2.119848691e-02f, -5.388452485e-02f, 1.333290786e-01f,
+                     -3.333332837e-01f};
+  const float series = fmaf(a * a2, polynomial(a2, c), a);
+  return copysignf(a < 0.55f ? series : quotient, x);
+}
+GEMM_ACT_HD double tanh(double x) { return ::tanh(x); }
+
+// numerator / (1 + 2^v) = numerator * sigmoid(-v ln 2), without
+// cancellation anywhere: sigmoid, silu and gelu_tanh in one place, with the
+// callers' ln 2 folded into their constants. Float: on the GPU one ex2 and an
+// approximate division (relative error ~4e-7); where 2^v overflows the
+// result is +-0, its limit. Double: exact.
+GEMM_ACT_HD float over_one_plus_exp2(float numerator, float v) {
+  return divide(numerator, 1.0f + exp2_flush(v));
+}
+GEMM_ACT_HD double over_one_plus_exp2(double numerator, double v) {
+  return numerator / (1.0 + ::exp2(v));
+}
+
+// numerator * sigmoid(x).
+template <class T>
+GEMM_ACT_HD T times_sigmoid(T numerator, T x) {
+  return over_one_plus_exp2(numerator, T(-kLog2e) * x);
 }
 
 // g(u) = log2 Phi(-u) + u^2 / (2 ln 2) for u in [0, 6], as used below.

@@ -75,7 +75,7 @@ template <>
 struct Act<Activation::Sigmoid> {
   static constexpr bool kGradFromOutput = true;
   template <Precision = Precision::kFloat, class T>
-  GEMM_ACT_HD static T forward(T z, T) { return math::divide(T(1), T(1) + math::exp(-z)); }
+  GEMM_ACT_HD static T forward(T z, T) { return math::times_sigmoid(T(1), z); }
   template <class T>
   GEMM_ACT_HD static T grad(T y, T) { return (T(1) - y) * y; }
 };
@@ -97,20 +97,26 @@ struct Act<Activation::GELU> {
 template <>
 struct Act<Activation::GELUTanh> {
   static constexpr bool kGradFromOutput = false;
+  // PyTorch's 0.5 z (1 + tanh(u)) is z sigmoid(2u), which has no
+  // cancellation where tanh(u) is near -1 (PyTorch's float result is 0
+  // there) and no branch: u = sqrt(2/pi) (z + 0.044715 z^3), and
+  // sigmoid(2u) = 1 / (1 + 2^v) with v = -2u / ln 2.
   template <class T>
-  GEMM_ACT_HD static T inner(T z) {
-    return T(ActConstants::kSqrt2OverPi) * (z + T(ActConstants::kGeluTanhCubic) * z * z * z);
+  GEMM_ACT_HD static T exp2_argument(T z) {
+    constexpr double k1 = -2 * ActConstants::kSqrt2OverPi * math::kLog2e;
+    return z * (T(k1) + T(k1 * ActConstants::kGeluTanhCubic) * z * z);
   }
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) {
-    return T(0.5) * z * (T(1) + math::tanh(inner(z)));
+    return math::over_one_plus_exp2(z, exp2_argument(z));
   }
+  // d/dz z s(2u) = s + 2 z s (1 - s) u'.
   template <class T>
   GEMM_ACT_HD static T grad(T z, T) {
-    const T t = math::tanh(inner(z));
+    const T s = math::over_one_plus_exp2(T(1), exp2_argument(z));
     const T d_inner = T(ActConstants::kSqrt2OverPi) *
                       (T(1) + T(3 * ActConstants::kGeluTanhCubic) * z * z);
-    return T(0.5) * (T(1) + t) + T(0.5) * z * (T(1) - t * t) * d_inner;
+    return s + T(2) * z * s * (T(1) - s) * d_inner;
   }
 };
 
@@ -118,10 +124,10 @@ template <>
 struct Act<Activation::SiLU> {
   static constexpr bool kGradFromOutput = false;
   template <Precision = Precision::kFloat, class T>
-  GEMM_ACT_HD static T forward(T z, T) { return math::divide(z, T(1) + math::exp(-z)); }
+  GEMM_ACT_HD static T forward(T z, T) { return math::times_sigmoid(z, z); }
   template <class T>
   GEMM_ACT_HD static T grad(T z, T) {
-    const T s = math::divide(T(1), T(1) + math::exp(-z));
+    const T s = math::times_sigmoid(T(1), z);
     return s * (T(1) + z * (T(1) - s));
   }
 };

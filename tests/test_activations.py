@@ -1,6 +1,8 @@
 """The activation code (csrc/activations.h) against PyTorch's own modules,
 forward and derivative, including NaN, +-inf and signed zeros."""
 
+import math
+
 import pytest
 import torch
 
@@ -48,6 +50,18 @@ def test_derivative_matches_torch_autograd(activation, dtype, device):
     assert_close(grad_z, expected, dtype)
 
 
+def _assert_rounded_correctly(ours, exact, z, dtype):
+    """`ours` (float64 of `dtype` values) rounds `exact` correctly but for 1%
+    of the spacing of `dtype` there (subnormals: the smallest step); a float
+    computation 5e-6 relative off adds at most that to the half-step."""
+    _, exponent = torch.frexp(exact)
+    finfo = torch.finfo(dtype)
+    ulp = torch.ldexp(torch.full_like(exact, finfo.eps), exponent - 1)
+    ulp = ulp.clamp_min(finfo.smallest_normal * finfo.eps)
+    off = (ours - exact).abs() / ulp
+    assert off.max() <= 0.51, f"{off.max():.3f} ulp at z = {z[off.argmax()].item()}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_gelu_accuracy_fits_the_dtype(dtype, device):
     """GELU on a dense grid over [-8, 8]. For |z| <= 6 (act_math.h's
@@ -64,16 +78,48 @@ def test_gelu_accuracy_fits_the_dtype(dtype, device):
     if dtype == torch.float32:
         torch.testing.assert_close(ours[inside], exact[inside], rtol=3e-6, atol=1e-30)
     else:
-        # The spacing of `dtype` at the exact value (subnormals: the smallest
-        # step). Correct rounding is within half of it; 5e-6 relative adds
-        # at most 0.01 of it.
-        _, exponent = torch.frexp(exact)
-        finfo = torch.finfo(dtype)
-        ulp = torch.ldexp(torch.full_like(exact, finfo.eps), exponent - 1)
-        ulp = ulp.clamp_min(finfo.smallest_normal * finfo.eps)
-        off = (ours - exact).abs()[inside] / ulp[inside]
-        assert off.max() <= 0.51, f"{off.max():.3f} ulp at z = {z[inside][off.argmax()].item()}"
+        _assert_rounded_correctly(ours[inside], exact[inside], z[inside], dtype)
     tail = ~inside & (exact.abs() > 4 * torch.finfo(dtype).smallest_normal)  # clear of underflow
     rel = ((ours - exact).abs() / exact.abs())[tail]
     assert tail.any() or dtype == torch.float16
     assert (rel <= 0.4).all(), f"{rel.max():.2f} relative in the tail"
+
+
+def _exact(activation, z):
+    """act(z) in float64. gelu_tanh through its sigmoid form: PyTorch's
+    0.5 z (1 + tanh u) is 0 once tanh u rounds to -1, in float64 too, where
+    the value keeps decaying."""
+    if activation == "gelu_tanh":
+        return z * torch.sigmoid(_twice_inner(z))
+    return torch_twin(activation)(z)
+
+
+def _twice_inner(z):
+    """gelu_tanh's 2u = 2 sqrt(2/pi) (z + 0.044715 z^3)."""
+    return 2 * math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "sigmoid", "silu", "gelu_tanh"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_exponential_activations_accuracy(activation, dtype, device):
+    """The activations built on exp (act_math.h: no branch; on the GPU an
+    approximate ex2 and division) on a dense grid over [-12, 12], tails and
+    tanh's small-argument series included: fp16/bf16 rounded correctly but
+    for 1% of a unit in the last place, fp32 within 2e-6 relative. In fp32
+    gelu_tanh's argument 2u (cubic in z) carries float rounding that exp
+    magnifies |2u|-fold (1.2e-5 relative at z = -9.9), hence 2e-7 |2u| more."""
+    z = torch.linspace(-12, 12, 24001, dtype=torch.float64).to(dtype)
+    exact = _exact(activation, z.double())
+    ours = apply_activation(z.to(device), activation).double().cpu()
+    # Clear of float's underflow, where exp(-x) overflows and the GPU flushes
+    # results below 2^-126 to 0.
+    ok = exact.abs() >= 2.0**-120
+    if dtype == torch.float32:
+        rtol = torch.full_like(exact, 2e-6)
+        if activation == "gelu_tanh":
+            rtol += 2e-7 * _twice_inner(z.double()).abs()
+        rel = (ours - exact).abs() / exact.abs()
+        assert (rel[ok] <= rtol[ok]).all(), f"{rel[ok].max():.2e} relative"
+    else:
+        _assert_rounded_correctly(ours[ok], exact[ok], z[ok], dtype)
+    assert (ours[~ok].abs() <= 2.0**-120).all()
