@@ -1,7 +1,7 @@
 """Measures the sm90 kernel's tile configurations against each other and
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Configurations 0, 1 and 5 (and "auto", the heuristic's own choice) exist in
+Configurations 0, 1, 5 and 13 (and "auto", the heuristic's own choice) exist in
 every build; the others are candidates compiled only with
 GEMM_ACT_SM90_SWEEP=1 (bf16, `none` and `gelu`; in any other build forcing
 one runs the cooperative kernel). TORCH_GEMM_ACT_SM90_CONFIG, which the
@@ -26,10 +26,10 @@ CONFIGS = {
     "0": "coop128x256",
     "1": "pp128x128",
     "5": "pp64x128",
+    "13": "pp128x64",
     "4": "coop256x128/c2x1",
     "7": "coop128x256/noZ",
     "8": "pp128x128/noZ",
-    "13": "pp128x64",
     "14": "pp64x64",
 }
 # Configurations without the Z store: they decline launches that write Z.
@@ -42,7 +42,7 @@ CANDIDATE_CASES = {"dtype": "bf16", "activation": ("none", "gelu")}
 def runs_case(cfg, act, store_z, dt):
     if store_z and cfg in NO_Z_CONFIGS:
         return False
-    if cfg in ("auto", "0", "1", "5"):
+    if cfg in ("auto", "0", "1", "5", "13"):
         return True
     return dt == CANDIDATE_CASES["dtype"] and act in CANDIDATE_CASES["activation"]
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
@@ -123,7 +123,7 @@ def measure(configs, rounds, rep, only=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default="auto,0,1,5")
+    p.add_argument("--configs", default="auto,0,1,5,13")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep", type=int, default=20, help="do_bench time per round, ms")
     p.add_argument("--only", default=None, help="comma-separated MxKxN shapes to run")

@@ -23,6 +23,15 @@ def main():
                 y = tga.gemm_act(a, b, bias, c, activation="gelu", beta=0.5)
                 torch.autograd.grad(y, (a, bias), torch.randn_like(y))
                 count += 1
+    # Each sm90 ping-pong tile (M <= 64, <= 128, <= 256) with ragged edges.
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, k, n in ((40, 72, 200), (100, 136, 200), (129, 72, 136)):
+            a = torch.randn(m, k, device=dev, dtype=dtype)
+            w = torch.randn(n, k, device=dev, dtype=dtype)
+            for bias_shape in ((n,), (m, 1)):
+                bias = torch.randn(bias_shape, device=dev, dtype=dtype)
+                tga.gemm_act(a, w.t(), bias, activation="gelu", return_preact=True)
+                count += 1
     # Strided / unaligned views.
     base = torch.randn(70, 71, device=dev)
     y = tga.gemm_act(base[1:, 1:40], base[3:42, 2:69], None, activation="relu")

@@ -320,6 +320,12 @@ template <class Element>
 using ConfigPingpong64x128 =
     ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>, Shape<_64, _128>>;
 
+// Ping-pong with 128x64 tiles for 64 < M <= 128 (sm90_launch.h); 64x32
+// epilogue subtiles, 8 pipeline stages.
+template <class Element>
+using ConfigPingpong128x64 =
+    ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>, Shape<_128, _64>>;
+
 #ifdef GEMM_ACT_SM90_SWEEP
 // 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
 template <class Element>
@@ -548,7 +554,7 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 }  // namespace detail
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
-// three configurations; row-major B and fp32 only the cooperative one, which
+// four configurations; row-major B and fp32 only the cooperative one, which
 // keeps the build shorter (each configuration adds about a minute of compile
 // time per file) for cases that are rarer and for which ping-pong's gains
 // (3-5%) are small.
@@ -563,6 +569,9 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
     }
     if (la.config == KernelConfig::kPingpong64x128) {
       return detail::run_kernel<detail::ConfigPingpong64x128<Element>, kDtype, kB, kAct>(la);
+    }
+    if (la.config == KernelConfig::kPingpong128x64) {
+      return detail::run_kernel<detail::ConfigPingpong128x64<Element>, kDtype, kB, kAct>(la);
     }
 #ifdef GEMM_ACT_SM90_SWEEP
     if constexpr (kDtype == Dtype::BF16 &&
@@ -580,11 +589,6 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
           return detail::run_kernel<
               detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
                                             Shape<_1, _2, _1>, Shape<_128, _128>, false>,
-              kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong128x64:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
-                                            Shape<_128, _64>>,
               kDtype, kB, kAct>(la);
         case KernelConfig::kPingpong64x64:
           return detail::run_kernel<

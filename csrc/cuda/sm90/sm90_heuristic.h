@@ -23,13 +23,13 @@ inline TileGeometry tile_geometry(KernelConfig config) {
       return {128, 128, 1, 2};
     case KernelConfig::kPingpong64x128:
       return {64, 128, 1, 2};
+    case KernelConfig::kPingpong128x64:
+      return {128, 64, 1, 2};
 #ifdef GEMM_ACT_SM90_SWEEP
     case KernelConfig::kCooperative256x128:
       return {256, 128, 2, 1};
     case KernelConfig::kPingpong128x128NoZ:
       return {128, 128, 1, 2};
-    case KernelConfig::kPingpong128x64:
-      return {128, 64, 1, 2};
     case KernelConfig::kPingpong64x64:
       return {64, 64, 1, 2};
 #endif
@@ -70,6 +70,11 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   //    K = 4096, gelu: ping-pong 1.074, cooperative 1.201). For M <= 64,
   //    64x128 tiles (M = 16: 1.071 against 1.138 for 128x128; earlier
   //    1.054 and 1.075 against 1.179 and 1.157; at M = 128 a tie, 1.079).
+  //    For 64 < M <= 128, 128x64 tiles, two or more per CTA, so the last
+  //    epilogue no longer ends the launch alone (M = 128: 1.041-1.043
+  //    against 1.063-1.064 for 128x128 in three sweeps of 9 rounds,
+  //    bench/results/20261123T111200Z_dfe8b56_sweep.log; 64x64 tiles for
+  //    M = 16: 1.094-1.096 against 1.075-1.080 for 64x128).
   //  - Long K: cooperative (8192x4096x16384 none: 1.067 vs 1.434).
   //  - Wide N: ping-pong (8192x16384x4096 gelu: 1.073 vs 1.121; with Z
   //    1.019 vs 1.139; 4096x11008x4096 silu + Z: 0.973 vs 1.129).
@@ -86,7 +91,9 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   if (!pingpong_compiled || !(small_m || wide_n || short_k)) {
     la.config = KernelConfig::kCooperative128x256;
   } else {
-    la.config = p.m <= 64 ? KernelConfig::kPingpong64x128 : KernelConfig::kPingpong128x128;
+    la.config = p.m <= 64    ? KernelConfig::kPingpong64x128
+                : p.m <= 128 ? KernelConfig::kPingpong128x64
+                             : KernelConfig::kPingpong128x128;
   }
   const int forced = config_from_env();
   if (forced >= 0) la.config = static_cast<KernelConfig>(forced);

@@ -1,7 +1,7 @@
 // sm90 kernels for f16 storage and
 // column-major B (b = weight.t(), K contiguous: the nn.Linear "TN" case).
-// Each activation instantiates the three tile configurations (cooperative,
-// ping-pong 128x128 and 64x128): 24 kernels.
+// Each activation instantiates the four tile configurations (cooperative,
+// ping-pong 128x128, 64x128 and 128x64): 32 kernels.
 //
 // Kernels of one file share most of their template instantiations, so one
 // file per (dtype, B layout) builds much faster than one file per kernel;

@@ -44,6 +44,13 @@ enum class KernelConfig : int {
   // half the wasted MMA rows and 8 pipeline stages instead of 6. Compiled
   // where ping-pong is.
   kPingpong64x128 = 5,
+  // The ping-pong kernel with 128x64 tiles, for 64 < M <= 128: each CTA
+  // streams two or more 64-column slices of the weight, so one tile's
+  // epilogue overlaps the next one's loads instead of ending the launch
+  // (the MMA's shared-memory reads per flop, worse than 128x128's, do not
+  // matter where the weight read is the whole cost). Compiled where
+  // ping-pong is.
+  kPingpong128x64 = 13,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B, none and gelu only).
@@ -52,12 +59,8 @@ enum class KernelConfig : int {
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
   kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
   kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
-  // Weight streaming for small M: 64-column tiles give each CTA two tiles
-  // or more, so one tile's epilogue overlaps the next one's loads (the
-  // MMA's shared-memory reads per flop do not matter there). Numbers 10-12
-  // were 64x256 ping-pong tiles, measured slower everywhere (bench/results/
-  // 20261123T105200Z_de416a2_sweep.log) and retired.
-  kPingpong128x64 = 13,          // 128x64 tiles, cluster 1x2, 64x32 epilogue subtiles
+  // Numbers 10-12 were 64x256 ping-pong tiles, measured slower everywhere
+  // (bench/results/20261123T105200Z_de416a2_sweep.log) and retired.
   kPingpong64x64 = 14,           // 64x64 tiles, cluster 1x2, 64x32 epilogue subtiles
 #endif
 };
