@@ -30,7 +30,6 @@ CONFIGS = {
     "4": "coop256x128/c2x1",
     "7": "coop128x256/noZ",
     "8": "pp128x128/noZ",
-    "14": "pp64x64",
 }
 # Configurations without the Z store: they decline launches that write Z.
 NO_Z_CONFIGS = {"7", "8"}

@@ -590,11 +590,6 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
               detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
                                             Shape<_1, _2, _1>, Shape<_128, _128>, false>,
               kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong64x64:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
-                                            Shape<_64, _64>>,
-              kDtype, kB, kAct>(la);
         default:
           break;
       }
