@@ -41,6 +41,8 @@ CANDIDATE_CASES = {"dtype": "bf16", "activation": ("none", "gelu")}
 def runs_case(cfg, act, store_z, dt):
     if store_z and cfg in NO_Z_CONFIGS:
         return False
+    if dt == "tf32":  # ping-pong for TF32 exists in GEMM_ACT_SM90_SWEEP=1 builds (gelu) only
+        return cfg in ("auto", "0", "1")
     if cfg in ("auto", "0", "1", "5", "13"):
         return True
     return dt == CANDIDATE_CASES["dtype"] and act in CANDIDATE_CASES["activation"]
@@ -60,6 +62,7 @@ CASES = [
     (16, 4096, 16384, "gelu", False, "bf16"), (128, 4096, 16384, "gelu", False, "bf16"),
     (16384, 1024, 4096, "gelu_tanh", False, "bf16"), (16384, 1024, 4096, "gelu_tanh", True, "bf16"),
     (4096, 4096, 4096, "gelu_tanh", True, "bf16"), (16384, 1024, 4096, "tanh", False, "bf16"),
+    (4096, 4096, 4096, "gelu", False, "tf32"), (4096, 4096, 4096, "gelu", True, "tf32"),
 ]
 
 
@@ -84,7 +87,8 @@ def measure(configs, rounds, rep, only=None):
         m, k, n, act, store_z, dt = case
         if only and f"{m}x{k}x{n}" not in only:
             continue
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[dt]
+        torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
         bias = torch.randn(n, device="cuda", dtype=dtype)

@@ -563,6 +563,15 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
   using Element = typename detail::ElementOf<kDtype>::type;
   static_assert(kDtype != Dtype::F32 || kB == BLayout::KMajor,
                 "wgmma reads TF32 operands K-major only");
+#ifdef GEMM_ACT_SM90_SWEEP
+  // Candidate: the ping-pong tile for TF32, whose Z store (fp32) the
+  // cooperative kernel cannot overlap with a mainloop.
+  if constexpr (kDtype == Dtype::F32 && kAct == Activation::GELU) {
+    if (la.config == KernelConfig::kPingpong128x128) {
+      return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
+    }
+  }
+#endif
   if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F32) {
     if (la.config == KernelConfig::kPingpong128x128) {
       return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
