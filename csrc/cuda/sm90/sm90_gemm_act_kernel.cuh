@@ -557,21 +557,14 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 // four configurations; row-major B and fp32 only the cooperative one, which
 // keeps the build shorter (each configuration adds about a minute of compile
 // time per file) for cases that are rarer and for which ping-pong's gains
-// (3-5%) are small.
+// (3-5%) are small. For TF32 ping-pong measured slower anyway (4096^3 gelu:
+// 1.087 against 1.002, with Z 1.052 against 1.032;
+// bench/results/20261123T114600Z_a6bc57f_sweep.log).
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_gemm_act(const LaunchArgs& la) {
   using Element = typename detail::ElementOf<kDtype>::type;
   static_assert(kDtype != Dtype::F32 || kB == BLayout::KMajor,
                 "wgmma reads TF32 operands K-major only");
-#ifdef GEMM_ACT_SM90_SWEEP
-  // Candidate: the ping-pong tile for TF32, whose Z store (fp32) the
-  // cooperative kernel cannot overlap with a mainloop.
-  if constexpr (kDtype == Dtype::F32 && kAct == Activation::GELU) {
-    if (la.config == KernelConfig::kPingpong128x128) {
-      return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
-    }
-  }
-#endif
   if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F32) {
     if (la.config == KernelConfig::kPingpong128x128) {
       return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
