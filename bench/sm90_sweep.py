@@ -1,10 +1,11 @@
 """Measures the sm90 kernel's tile configurations against each other and
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Configurations 0, 1, 5 and 13 (and "auto", the heuristic's own choice) exist in
-every build; the others are candidates compiled only with
-GEMM_ACT_SM90_SWEEP=1 (bf16, `none` and `gelu`; in any other build forcing
-one runs the cooperative kernel). TORCH_GEMM_ACT_SM90_CONFIG, which the
+Configurations 0, 1, 5 and 13 (and "auto", the heuristic's own choice) exist
+in every build for fp16/bf16 (fp32: 0 only); the others are candidates
+compiled only with GEMM_ACT_SM90_SWEEP=1 (bf16, `none` and `gelu`; in any
+other build forcing one runs the cooperative kernel, so the sweep skips the
+cases a configuration does not exist for). TORCH_GEMM_ACT_SM90_CONFIG, which the
 extension reads on every call, picks the configuration. For each problem
 torch.mm and the configurations take turns, --rounds times, and each keeps
 the median of its rounds: a GPU clock that drifts with heat and power costs
@@ -31,22 +32,26 @@ CONFIGS = {
     "7": "coop128x256/noZ",
     "8": "pp128x128/noZ",
 }
+# In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
+RELEASE_CONFIGS = ("auto", "0", "1", "5", "13")
 # Configurations without the Z store: they decline launches that write Z.
 NO_Z_CONFIGS = {"7", "8"}
 # What the candidates are compiled for; other cases would run the cooperative
 # kernel under their name, so they are not run.
 CANDIDATE_CASES = {"dtype": "bf16", "activation": ("none", "gelu")}
+ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 
 def runs_case(cfg, act, store_z, dt):
+    """Whether configuration `cfg` exists for the case (and is not a forced
+    fallback to the cooperative kernel)."""
     if store_z and cfg in NO_Z_CONFIGS:
         return False
-    if dt == "tf32":  # fp32 has the cooperative kernel only
+    if dt == "tf32":
         return cfg in ("auto", "0")
-    if cfg in ("auto", "0", "1", "5", "13"):
+    if cfg in RELEASE_CONFIGS:
         return True
     return dt == CANDIDATE_CASES["dtype"] and act in CANDIDATE_CASES["activation"]
-ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 # (M, K, N, activation, store Z, dtype)
 CASES = [
