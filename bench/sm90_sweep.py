@@ -31,6 +31,7 @@ CONFIGS = {
     "4": "coop256x128/c2x1",
     "7": "coop128x256/noZ",
     "8": "pp128x128/noZ",
+    "14": "pp64x64",
 }
 # In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
 RELEASE_CONFIGS = ("auto", "0", "1", "5", "13")

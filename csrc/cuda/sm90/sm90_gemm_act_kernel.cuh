@@ -557,9 +557,7 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 // four configurations; row-major B and fp32 only the cooperative one, which
 // keeps the build shorter (each configuration adds about a minute of compile
 // time per file) for cases that are rarer and for which ping-pong's gains
-// (3-5%) are small. For TF32 ping-pong measured slower anyway (4096^3 gelu:
-// 1.087 against 1.002, with Z 1.052 against 1.032;
-// bench/results/20261123T114600Z_a6bc57f_sweep.log).
+// (3-5%) are small.
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_gemm_act(const LaunchArgs& la) {
   using Element = typename detail::ElementOf<kDtype>::type;
@@ -591,6 +589,11 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
           return detail::run_kernel<
               detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
                                             Shape<_1, _2, _1>, Shape<_128, _128>, false>,
+              kDtype, kB, kAct>(la);
+        case KernelConfig::kPingpong64x64:
+          return detail::run_kernel<
+              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
+                                            Shape<_64, _64>>,
               kDtype, kB, kAct>(la);
         default:
           break;

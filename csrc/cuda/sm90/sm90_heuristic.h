@@ -30,6 +30,8 @@ inline TileGeometry tile_geometry(KernelConfig config) {
       return {256, 128, 2, 1};
     case KernelConfig::kPingpong128x128NoZ:
       return {128, 128, 1, 2};
+    case KernelConfig::kPingpong64x64:
+      return {64, 64, 1, 2};
 #endif
     case KernelConfig::kCooperative128x256:
     default:

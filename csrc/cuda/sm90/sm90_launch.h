@@ -59,9 +59,9 @@ enum class KernelConfig : int {
   kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
   kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
   kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
-  // Numbers 10-12 (64x256 ping-pong tiles) and 14 (64x64, for M <= 64)
-  // measured slower (bench/results/20261123T105200Z_de416a2_sweep.log,
-  // 20261123T111200Z_dfe8b56_sweep.log) and were retired.
+  // Numbers 10-12 were 64x256 ping-pong tiles, measured slower everywhere
+  // (bench/results/20261123T105200Z_de416a2_sweep.log) and retired.
+  kPingpong64x64 = 14,           // 64x64 tiles, cluster 1x2, 64x32 epilogue subtiles
 #endif
 };
 
