@@ -3,9 +3,10 @@ torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
 Configurations 0, 1, 5 and 13 (and "auto", the heuristic's own choice) exist
 in every build for fp16/bf16 (fp32: 0 only); the others are candidates
-compiled only with GEMM_ACT_SM90_SWEEP=1 (bf16, `none` and `gelu`; in any
-other build forcing one runs the cooperative kernel, so the sweep skips the
-cases a configuration does not exist for). TORCH_GEMM_ACT_SM90_CONFIG, which the
+compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 (4: `none` and `gelu`;
+15-17, the rotating kernel: every activation). Forcing a configuration that
+is not compiled for a case is an error, so the sweep skips those cases.
+TORCH_GEMM_ACT_SM90_CONFIG, which the
 extension reads on every call, picks the configuration. For each problem
 torch.mm and the configurations take turns, --rounds times, and each keeps
 the median of its rounds: a GPU clock that drifts with heat and power costs
@@ -29,30 +30,24 @@ CONFIGS = {
     "5": "pp64x128",
     "13": "pp128x64",
     "4": "coop256x128/c2x1",
-    "7": "coop128x256/noZ",
-    "8": "pp128x128/noZ",
-    "14": "pp64x64",
+    "15": "rot2x128x128",
+    "16": "rot3x128x96",
+    "17": "rot3x64x192",
 }
 # In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
 RELEASE_CONFIGS = ("auto", "0", "1", "5", "13")
-# Configurations without the Z store: they decline launches that write Z.
-NO_Z_CONFIGS = {"7", "8"}
-# What the candidates are compiled for; other cases would run the cooperative
-# kernel under their name, so they are not run.
-CANDIDATE_CASES = {"dtype": "bf16", "activation": ("none", "gelu")}
+# The activations each candidate is compiled for (bf16 only).
+CANDIDATE_ACTIVATIONS = {"4": ("none", "gelu")}
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 
-def runs_case(cfg, act, store_z, dt):
-    """Whether configuration `cfg` exists for the case (and is not a forced
-    fallback to the cooperative kernel)."""
-    if store_z and cfg in NO_Z_CONFIGS:
-        return False
+def runs_case(cfg, act, dt):
+    """Whether configuration `cfg` exists for the case."""
     if dt == "tf32":
         return cfg in ("auto", "0")
     if cfg in RELEASE_CONFIGS:
         return True
-    return dt == CANDIDATE_CASES["dtype"] and act in CANDIDATE_CASES["activation"]
+    return dt == "bf16" and act in CANDIDATE_ACTIVATIONS.get(cfg, (act,))
 
 # (M, K, N, activation, store Z, dtype)
 CASES = [
@@ -107,7 +102,7 @@ def measure(configs, rounds, rep, only=None):
         def run():
             return tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z)
 
-        ran = [c for c in configs if runs_case(c, act, store_z, dt)]
+        ran = [c for c in configs if runs_case(c, act, dt)]
         errs = {}
         for cfg in ran:
             use_config(cfg)

@@ -1,6 +1,7 @@
 """Runs every CUDA kernel on small odd shapes, layouts and bias kinds, for
 compute-sanitizer (memcheck): any out-of-bounds access shows up there."""
 
+import argparse
 import itertools
 
 import torch
@@ -11,20 +12,28 @@ SIZES = [1, 17, 136]  # 136: 16-byte aligned for fp16/bf16, so the sm90 kernel r
 
 
 def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--bf16-weight-t", action="store_true",
+                   help="only bf16 with b = weight.t(): the cases a configuration forced with "
+                        "TORCH_GEMM_ACT_SM90_CONFIG in a sweep build exists for")
+    only_bf16_weight_t = p.parse_args().bf16_weight_t
     dev = "cuda"
     count = 0
-    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+    all_dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    for dtype in (torch.bfloat16,) if only_bf16_weight_t else all_dtypes:
         for m, k, n in itertools.product(SIZES, SIZES, SIZES):
             a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
             w = torch.randn(n, k, device=dev, dtype=dtype, requires_grad=True)
             for bias_shape, b in (((n,), w.t()), ((m, 1), w.t().contiguous()), ((), w.t())):
+                if only_bf16_weight_t and not b.stride(0) == 1:
+                    continue
                 bias = torch.randn(bias_shape, device=dev, dtype=dtype, requires_grad=True)
                 c = torch.randn(m, n, device=dev, dtype=dtype)
                 y = tga.gemm_act(a, b, bias, c, activation="gelu", beta=0.5)
                 torch.autograd.grad(y, (a, bias), torch.randn_like(y))
                 count += 1
     # Each sm90 ping-pong tile (M <= 64, <= 128, <= 256) with ragged edges.
-    for dtype in (torch.bfloat16, torch.float16):
+    for dtype in (torch.bfloat16,) if only_bf16_weight_t else (torch.bfloat16, torch.float16):
         for m, k, n in ((40, 72, 200), (100, 136, 200), (129, 72, 136)):
             a = torch.randn(m, k, device=dev, dtype=dtype)
             w = torch.randn(n, k, device=dev, dtype=dtype)
@@ -32,6 +41,10 @@ def main():
                 bias = torch.randn(bias_shape, device=dev, dtype=dtype)
                 tga.gemm_act(a, w.t(), bias, activation="gelu", return_preact=True)
                 count += 1
+    if only_bf16_weight_t:
+        torch.cuda.synchronize()
+        print(f"sanitize sweep (bf16, weight.t()): {count} problems ran")
+        return
     # Strided / unaligned views.
     base = torch.randn(70, 71, device=dev)
     y = tga.gemm_act(base[1:, 1:40], base[3:42, 2:69], None, activation="relu")

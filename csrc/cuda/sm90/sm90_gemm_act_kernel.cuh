@@ -18,6 +18,11 @@
 //    memory for C in every launch and cost the mainloop a pipeline stage, for
 //    an operand the nn.Linear case never has.
 //
+// The rotating configurations run the same computation in a kernel of this
+// project's (sm90_rotating_kernel.cuh): the per-element part on the
+// accumulators before the epilogue (sm90_register_epilogue.cuh), the
+// visitor tree only unpacking and storing Z and Y.
+//
 // Only the instantiation files (sm90_inst_*.cu) include this header.
 #pragma once
 
@@ -58,6 +63,9 @@
 
 #include "activations.h"
 #include "cuda/sm90/sm90_launch.h"
+#include "cuda/sm90/sm90_preact.cuh"
+#include "cuda/sm90/sm90_register_epilogue.cuh"
+#include "cuda/sm90/sm90_rotating_kernel.cuh"
 #include "gemm_act.h"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90_SUPPORTED)
@@ -87,19 +95,7 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 // call) and calls Fn<Array<float, N>> on fragments.
 // ---------------------------------------------------------------------------
 
-// z = alpha * acc + beta * c + row + col, in the order of the shared epilogue
-// (csrc/cuda/epilogue): terms that do not exist are not added at all, so z is
-// bit-for-bit alpha * acc when there is neither C nor bias (-0.0 included).
-// alpha == 1 (every nn.Linear) skips the multiply, one instruction in ~25
-// per element; fusing the bias into it instead (an FFMA) spilled registers.
-struct PreactArguments {
-  float alpha = 1.0f;
-  float beta = 0.0f;
-  bool has_c = false;
-  bool has_row_bcast = false;  // bias per column or scalar (bias[n] / bias[0])
-  bool has_col_bcast = false;  // bias per row (bias[m])
-};
-
+// z = alpha * acc + beta * c + row + col (sm90_preact.cuh) on a fragment.
 template <class T>
 struct PreactFn {
   using Arguments = PreactArguments;
@@ -111,22 +107,9 @@ struct PreactFn {
                                                      cutlass::Array<float, N> const& col,
                                                      Arguments const& args) const {
     cutlass::Array<float, N> z = acc;
-    if (args.alpha != 1.0f) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) z[i] = args.alpha * acc[i];
-    }
-    if (args.has_c) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) z[i] += args.beta * c[i];
-    }
-    if (args.has_row_bcast) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) z[i] += row[i];
-    }
-    if (args.has_col_bcast) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) z[i] += col[i];
-    }
+    add_preact_terms<N>(
+        z, args, [&](int i) { return c[i]; }, [&](int i) { return row[i]; },
+        [&](int i) { return col[i]; });
     return z;
   }
 };
@@ -284,14 +267,15 @@ using TileK = SwizzleRow<Element>;
 // stages instead of 4. For fp32 it is 128x32: a 128x64 subtile's Y and Z
 // buffers (130 KB) leave room for 2 stages only (TF32 4096^3 gelu: 1.63x
 // torch.mm, bench/results/20261123T054641Z_820fae8.json); 128x32 leaves 3.
-template <class Element, class EpiTile = Shape<_128, SwizzleRow<Element>>, bool StoresZ = true>
+// kRotatingWarpgroups: 0 for CUTLASS's own kernels.
+template <class Element>
 struct ConfigCooperative128x256 {
-  static constexpr bool kStoresZ = StoresZ;
+  static constexpr int kRotatingWarpgroups = 0;
   using TileShape = Shape<_128, _256, TileK<Element>>;
   using ClusterShape = Shape<_1, _2, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using EpilogueTile = EpiTile;
+  using EpilogueTile = Shape<_128, SwizzleRow<Element>>;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
 
@@ -303,9 +287,9 @@ struct ConfigCooperative128x256 {
 // registers and 128x64 is not a shape CUTLASS's ping-pong epilogue takes.
 template <class Element, class EpiTile = Shape<_64, SwizzleRow<Element>>,
           class Cluster = Shape<_1, _2, _1>,
-          class TileMN = Shape<_128, _128>, bool StoresZ = true>
+          class TileMN = Shape<_128, _128>>
 struct ConfigPingpong128x128 {
-  static constexpr bool kStoresZ = StoresZ;
+  static constexpr int kRotatingWarpgroups = 0;
   using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
   using ClusterShape = Cluster;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -326,11 +310,25 @@ template <class Element>
 using ConfigPingpong128x64 =
     ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>, Shape<_128, _64>>;
 
+// The rotating kernel (sm90_rotating_kernel.cuh): kWarpgroups math
+// warpgroups, one TileMN tile each, cluster 1x2; the epilogue's visitor
+// tree only unpacks and stores, so its subtiles need few registers.
+template <class Element, int kWarpgroups, class TileMN, class EpiTile = Shape<_64, _32>>
+struct ConfigRotating {
+  static constexpr int kRotatingWarpgroups = kWarpgroups;
+  using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
+  using ClusterShape = Shape<_1, _2, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;  // its mainloop
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  using EpilogueTile = EpiTile;
+  using TileScheduler = cutlass::gemm::PersistentScheduler;
+};
+
 #ifdef GEMM_ACT_SM90_SWEEP
 // 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
 template <class Element>
 struct ConfigCooperative256x128 {
-  static constexpr bool kStoresZ = true;
+  static constexpr int kRotatingWarpgroups = 0;
   using TileShape = Shape<_256, _128, TileK<Element>>;
   using ClusterShape = Shape<_2, _1, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -387,18 +385,28 @@ struct GemmActKernel {
                                             Stride<_1, _0, int64_t>, /*Alignment=*/1>;  // bias[m]
   using Preact = fusion::Sm90EVT<fusion::Sm90Compute<PreactFn, ElementCompute, ElementCompute, kRound>,
                                  fusion::Sm90AccFetch, SourceC, RowBcast, ColBcast>;
+  template <class Input>
   using StoreZ = fusion::Sm90EVT<
       fusion::Sm90AuxStore<AuxDesc::Stages, EpilogueTile, Element, kRound,
                            typename AuxDesc::Stride, typename AuxDesc::SmemLayoutAtom,
                            typename AuxDesc::CopyOpR2S, kAlignment, /*EnableNullptr=*/true>,
-      Preact>;
-  // A configuration without the Z store has no shared memory for it, which
-  // may leave room for another mainloop stage; it refuses launches with Z.
-  static constexpr bool kStoresZ = Config::kStoresZ;
-  using Callbacks = fusion::Sm90EVT<
+      Input>;
+  using FullCallbacks = fusion::Sm90EVT<
       fusion::Sm90Compute<ActEpilogue<kAct, Element>::template Fn, Element, ElementCompute,
                           kRound>,
-      cute::conditional_t<kStoresZ, StoreZ, Preact>>;
+      StoreZ<Preact>>;
+
+  // The rotating kernel's tree: Z and Y come packed in the accumulator
+  // slots (sm90_register_epilogue.cuh).
+  static constexpr int kRotatingWarpgroups = Config::kRotatingWarpgroups;
+  using UnpackZ = fusion::Sm90EVT<
+      fusion::Sm90Compute<UnpackedZ<Element>::template Fn, ElementCompute, ElementCompute, kRound>,
+      fusion::Sm90AccFetch>;
+  using UnpackCallbacks = fusion::Sm90EVT<
+      fusion::Sm90Compute<UnpackedY<Element>::template Fn, Element, ElementCompute, kRound>,
+      StoreZ<UnpackZ>, fusion::Sm90AccFetch>;
+
+  using Callbacks = cute::conditional_t<kRotatingWarpgroups == 0, FullCallbacks, UnpackCallbacks>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
@@ -416,9 +424,12 @@ struct GemmActKernel {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Config::KernelSchedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
-                                                      CollectiveEpilogue,
-                                                      typename Config::TileScheduler>;
+  using RegisterEpi = RegisterEpilogue<Element, kAct>;
+  using Kernel = cute::conditional_t<
+      kRotatingWarpgroups == 0,
+      cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                           CollectiveEpilogue, typename Config::TileScheduler>,
+      RotatingKernel<CollectiveMainloop, CollectiveEpilogue, RegisterEpi, kRotatingWarpgroups>>;
 };
 
 inline cutlass::gemm::kernel::detail::RasterOrderOptions to_cutlass(Raster r) {
@@ -465,27 +476,28 @@ LaunchResult run_kernel(const LaunchArgs& la) {
   const bool col_bcast = bias_kind == BiasKind::PerRow;
   const auto* bias = static_cast<const Element*>(p.bias);
 
+  const PreactArguments preact{static_cast<float>(p.alpha), static_cast<float>(p.beta),
+                               p.c != nullptr, row_bcast, col_bcast};
+  const auto* c = static_cast<const Element*>(p.c);
+  auto* z = static_cast<Element*>(p.z);
+  const typename K::AuxDesc::Stride stride_z{static_cast<int64_t>(n), _1{}, int64_t(0)};
+  const float slope = static_cast<float>(p.negative_slope);
+
   // EVT arguments nest like the tree: {child arguments..., node arguments}.
-  typename K::Preact::Arguments preact_args{
-      {},                                                               // acc
-      {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},  // C
-      {row_bcast ? bias : nullptr, Element(0),
-       {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},          // bias[n] / bias[0]
-      {col_bcast ? bias : nullptr, Element(0), {}},                    // bias[m]
-      {static_cast<float>(p.alpha), static_cast<float>(p.beta), p.c != nullptr, row_bcast,
-       col_bcast}};
   const typename K::Callbacks::Arguments epilogue_args = [&] {
-    if constexpr (K::kStoresZ) {
-      return typename K::Callbacks::Arguments{
-          {preact_args, {static_cast<Element*>(p.z), {static_cast<int64_t>(n), _1{}, int64_t(0)}}},
-          {static_cast<float>(p.negative_slope)}};
+    if constexpr (K::kRotatingWarpgroups == 0) {
+      const typename K::Preact::Arguments preact_args{
+          {},                                              // acc
+          {c, p.c_stride_m, p.c_stride_n},                 // C
+          {row_bcast ? bias : nullptr, Element(0),
+           {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},  // bias[n] / bias[0]
+          {col_bcast ? bias : nullptr, Element(0), {}},   // bias[m]
+          preact};
+      return typename K::Callbacks::Arguments{{preact_args, {z, stride_z}}, {slope}};
     } else {
-      return typename K::Callbacks::Arguments{preact_args, {static_cast<float>(p.negative_slope)}};
+      return typename K::Callbacks::Arguments{{{{}, {}}, {z, stride_z}}, {}, {}};
     }
   }();
-  if (!K::kStoresZ && p.z != nullptr) {
-    return {LaunchStatus::kNotImplementable, cudaSuccess, "this configuration stores no Z"};
-  }
 
   cutlass::KernelHardwareInfo hw_info;
   hw_info.device_id = la.device;
@@ -495,13 +507,19 @@ LaunchResult run_kernel(const LaunchArgs& la) {
   scheduler_args.max_swizzle_size = la.max_swizzle;
   scheduler_args.raster_order = to_cutlass(la.raster);
 
-  typename Kernel::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGemm,
-      {m, n, k, 1},
-      {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b), stride_b},
-      {epilogue_args, nullptr, StrideC{}, static_cast<Element*>(p.y), stride_d},
-      hw_info,
-      scheduler_args};
+  typename Kernel::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = typename Kernel::ProblemShape(m, n, k, 1);
+  args.mainloop = {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b),
+                   stride_b};
+  args.epilogue = {epilogue_args, nullptr, StrideC{}, static_cast<Element*>(p.y), stride_d};
+  args.hw_info = hw_info;
+  args.scheduler = scheduler_args;
+  if constexpr (K::kRotatingWarpgroups != 0) {
+    args.register_epilogue = {preact, c, p.c_stride_m, p.c_stride_n,
+                              bias, bias_kind == BiasKind::PerColumn ? int64_t(1) : int64_t(0),
+                              slope, m, n};
+  }
 
   if (!Kernel::can_implement(args)) {
     return {LaunchStatus::kNotImplementable, cudaSuccess, "can_implement"};
@@ -553,6 +571,13 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 
 }  // namespace detail
 
+#ifdef GEMM_ACT_SM90_SWEEP
+// The rotating kernel's configurations (sm90_rotating_launch.cuh), compiled
+// in a file of their own (sm90_inst_rotating_bf16_kmajor.cu).
+template <Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_rotating(const LaunchArgs& la);
+#endif
+
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
 // four configurations; row-major B and fp32 only the cooperative one, which
 // keeps the build shorter (each configuration adds about a minute of compile
@@ -574,32 +599,19 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
       return detail::run_kernel<detail::ConfigPingpong128x64<Element>, kDtype, kB, kAct>(la);
     }
 #ifdef GEMM_ACT_SM90_SWEEP
-    if constexpr (kDtype == Dtype::BF16 &&
-                  (kAct == Activation::None || kAct == Activation::GELU)) {
-      using namespace cute;
-      switch (la.config) {
-        case KernelConfig::kCooperative256x128:
+    if constexpr (kDtype == Dtype::BF16) {
+      if (is_rotating(la.config)) return launch_rotating<kDtype, kB, kAct>(la);
+      if constexpr (kAct == Activation::None || kAct == Activation::GELU) {
+        if (la.config == KernelConfig::kCooperative256x128) {
           return detail::run_kernel<detail::ConfigCooperative256x128<Element>, kDtype, kB, kAct>(
               la);
-        case KernelConfig::kCooperative128x256NoZ:
-          return detail::run_kernel<
-              detail::ConfigCooperative128x256<Element, Shape<_128, detail::SwizzleRow<Element>>, false>,
-              kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong128x128NoZ:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, detail::SwizzleRow<Element>>,
-                                            Shape<_1, _2, _1>, Shape<_128, _128>, false>,
-              kDtype, kB, kAct>(la);
-        case KernelConfig::kPingpong64x64:
-          return detail::run_kernel<
-              detail::ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>,
-                                            Shape<_64, _64>>,
-              kDtype, kB, kAct>(la);
-        default:
-          break;
+        }
       }
     }
 #endif
+  }
+  if (la.config != KernelConfig::kCooperative128x256) {
+    return {LaunchStatus::kUnknownConfig, cudaSuccess, "configuration not compiled for this case"};
   }
   return detail::run_kernel<detail::ConfigCooperative128x256<Element>, kDtype, kB, kAct>(la);
 }

@@ -28,10 +28,12 @@ inline TileGeometry tile_geometry(KernelConfig config) {
 #ifdef GEMM_ACT_SM90_SWEEP
     case KernelConfig::kCooperative256x128:
       return {256, 128, 2, 1};
-    case KernelConfig::kPingpong128x128NoZ:
+    case KernelConfig::kRotating2x128x128:
       return {128, 128, 1, 2};
-    case KernelConfig::kPingpong64x64:
-      return {64, 64, 1, 2};
+    case KernelConfig::kRotating3x128x96:
+      return {128, 96, 1, 2};
+    case KernelConfig::kRotating3x64x192:
+      return {64, 192, 1, 2};
 #endif
     case KernelConfig::kCooperative128x256:
     default:

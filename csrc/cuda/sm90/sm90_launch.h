@@ -53,17 +53,28 @@ enum class KernelConfig : int {
   kPingpong128x64 = 13,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
-  // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B, none and gelu only).
-  // Numbers 2, 3, 6 and 9 were epilogue-subtile and cluster variants of the
-  // tiles above, measured no better (bench/results/*_sweep.log) and retired.
-  kCooperative256x128 = 4,       // 256x128 tile (128x128 per warpgroup), cluster 2x1
-  kCooperative128x256NoZ = 7,    // the cooperative tile without the Z store
-  kPingpong128x128NoZ = 8,       // the ping-pong tile without the Z store
-  // Numbers 10-12 were 64x256 ping-pong tiles, measured slower everywhere
-  // (bench/results/20261123T105200Z_de416a2_sweep.log) and retired.
-  kPingpong64x64 = 14,           // 64x64 tiles, cluster 1x2, 64x32 epilogue subtiles
+  // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 6-12 and 14
+  // were epilogue-subtile, cluster and tile variants of the tiles above and
+  // kernels without the Z store, measured no better
+  // (bench/results/*_sweep.log) and retired.
+  kCooperative256x128 = 4,  // 256x128 tile (128x128 per warpgroup), cluster 2x1; none, gelu
+  // The rotating kernel (sm90_rotating_kernel.cuh), every activation: N math
+  // warpgroups with an MxN tile each, the activation computed before the
+  // turn-taking store.
+  kRotating2x128x128 = 15,
+  kRotating3x128x96 = 16,
+  kRotating3x64x192 = 17,
 #endif
 };
+
+inline bool is_rotating(KernelConfig config) {
+#ifdef GEMM_ACT_SM90_SWEEP
+  return config == KernelConfig::kRotating2x128x128 || config == KernelConfig::kRotating3x128x96 ||
+         config == KernelConfig::kRotating3x64x192;
+#else
+  return (void)config, false;
+#endif
+}
 
 // Everything a kernel launch needs beyond the op's parameters. Filled by the
 // entry after it checked that the case is one TMA can take.
@@ -86,6 +97,7 @@ struct LaunchArgs {
 enum class LaunchStatus : int {
   kOk = 0,
   kNotImplementable,  // CUTLASS's can_implement said no: nothing was launched
+  kUnknownConfig,     // la.config is not compiled for this case: nothing was launched
   kError,             // a CUDA error; cudaGetLastError() was read into `error`
 };
 
