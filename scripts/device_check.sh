@@ -52,10 +52,10 @@ rc=$?; tail -4 "$OUT/sanitizer.log"; echo "memcheck exit code: $rc"; [ $rc -eq 0
 fi
 
 if want configs; then
-step "bf16 weight.t() tests and memcheck on each forced configuration: FORCED_CONFIGS='${FORCED_CONFIGS:-}'"
+step "bf16 weight.t() tensor-core tests and memcheck on each forced configuration: FORCED_CONFIGS='${FORCED_CONFIGS:-}'"
 for cfg in ${FORCED_CONFIGS:-}; do
   TORCH_GEMM_ACT_SM90_CONFIG=$cfg timeout 600 python3 -m pytest -q -x tests/test_gemm_act.py \
-    -p no:cacheprovider -k "cuda and bfloat16 and weight_t" > "$OUT/pytest_config_$cfg.log" 2>&1
+    -p no:cacheprovider -k "test_tensor_core_shapes and cuda and bf16 and weight_t" > "$OUT/pytest_config_$cfg.log" 2>&1
   rc=$?; echo "config $cfg tests: $(tail -1 "$OUT/pytest_config_$cfg.log") (exit $rc)"; [ $rc -eq 0 ] || status=1
   TORCH_GEMM_ACT_SM90_CONFIG=$cfg timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
     python3 scripts/sanitize_sweep.py --bf16-weight-t > "$OUT/sanitizer_config_$cfg.log" 2>&1

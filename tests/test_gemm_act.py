@@ -176,7 +176,7 @@ def test_return_preact_gives_z_and_no_grad_gives_y(device):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("bias_kind", BIAS_KINDS)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("b_layout", ["weight_t", "row_major"])
 @pytest.mark.parametrize("with_c", [False, True])
 # 16-byte aligned K and N, several tiles with ragged edges. On sm90 the
