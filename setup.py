@@ -7,6 +7,13 @@ Environment:
   GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
                         else the `nvidia-cutlass` wheel's cutlass_library/source/include)
+  GEMM_ACT_SM90_SWEEP=1 also the sweep's candidate configurations (bench/sm90_sweep.py)
+
+`python setup.py build_sm90_objects --build-temp DIR [--cxx11-abi 0|1]` compiles
+only the sm_90a kernel objects (most of a CUDA build's time; they need no
+PyTorch) into DIR/sm90, stamped with the csrc tree they came from, so that a
+build on another machine with the same DIR reuses them
+(scripts/device_check.sh does when the stamp matches).
 """
 
 import concurrent.futures
@@ -16,7 +23,7 @@ import os
 import subprocess
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import Command, find_packages, setup
 
 # torch guesses CUDA_HOME from nvcc's folder; with nvcc in /usr/local/bin that
 # guess (/usr/local) has no CUDA headers, so prefer the toolkit's own folder.
@@ -69,11 +76,13 @@ def _sm90_sweep_flags():
     return ["-DGEMM_ACT_SM90_SWEEP"] if os.environ.get("GEMM_ACT_SM90_SWEEP", "0") == "1" else []
 
 
-def _compile_sm90_objects(build_temp):
+def _compile_sm90_objects(build_temp, abi=None):
     """The sm_90a kernels (csrc/cuda/sm90/sm90_inst_*.cu): compiled here, for
-    sm_90a only and without torch's flags, then linked in as objects."""
+    sm_90a only and without torch's flags, then linked in as objects. `abi`:
+    the libstdc++ ABI of the torch they will link with (default: this one's)."""
     include = _cutlass_include()
-    abi = int(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
+    if abi is None:
+        abi = int(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
     headers = glob.glob(os.path.join(CSRC, "cuda", "sm90", "*.h*")) + glob.glob(os.path.join(CSRC, "*.h"))
     newest_header = max(os.path.getmtime(h) for h in headers)
     nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
@@ -95,6 +104,44 @@ def _compile_sm90_objects(build_temp):
             if result.returncode != 0:
                 sys.stderr.write(result.stdout + result.stderr)
                 raise RuntimeError(f"torch_gemm_act: nvcc failed on {cmd[-3]}")
+
+
+def sm90_source_id():
+    """What the sm90 objects are compiled from: the git tree of csrc and the
+    sweep flag; "unknown" outside a clean git checkout."""
+    try:
+        tree = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD:csrc"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "csrc"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    if dirty:
+        return "unknown"
+    return f"csrc {tree} sweep={os.environ.get('GEMM_ACT_SM90_SWEEP', '0')}"
+
+
+class BuildSm90Objects(Command):
+    description = "compile only the sm_90a kernel objects, stamped with their source (see the docstring)"
+    user_options = [
+        ("build-temp=", None, "the build_ext temporary folder of the machine that will link them"),
+        ("cxx11-abi=", None, "_GLIBCXX_USE_CXX11_ABI of the torch they will link with (default: this one's)"),
+    ]
+
+    def initialize_options(self):
+        self.build_temp = None
+        self.cxx11_abi = None
+
+    def finalize_options(self):
+        if not self.build_temp:
+            raise SystemExit("build_sm90_objects: --build-temp is required")
+
+    def run(self):
+        abi = None if self.cxx11_abi is None else int(self.cxx11_abi)
+        objects = list(_compile_sm90_objects(self.build_temp, abi))
+        with open(os.path.join(self.build_temp, "sm90", "SOURCE"), "w") as f:
+            f.write(sm90_source_id() + "\n")
+        print(f"{len(objects)} objects in {os.path.join(self.build_temp, 'sm90')}: {sm90_source_id()}")
 
 
 class BuildExtensionWithSm90(BuildExtension):
@@ -138,7 +185,7 @@ setup(
     description="Fused GEMM + bias + activation for PyTorch (CPU and CUDA)",
     packages=find_packages(include=["torch_gemm_act", "torch_gemm_act.*"]),
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtensionWithSm90},
+    cmdclass={"build_ext": BuildExtensionWithSm90, "build_sm90_objects": BuildSm90Objects},
     python_requires=">=3.9",
     install_requires=["torch>=2.5"],
 )

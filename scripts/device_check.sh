@@ -4,6 +4,11 @@
 # Usage (ids from here: the device copy's .git may be stale):
 #   GEMM_ACT_COMMIT=$(git rev-parse HEAD) GEMM_ACT_CSRC_TREE=$(git rev-parse HEAD:csrc) \
 #     STEPS="build sass tests sanitize bench" bash scripts/device_check.sh [bench args]
+# The sm90 objects (5-6 minutes of a 16-core build) can be compiled on the
+# CPU machine instead and carried (build/temp.linux-x86_64-cpython-312/sm90):
+#   python setup.py build_sm90_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
+# (with GEMM_ACT_SM90_SWEEP=1 for a sweep build); the build then takes ~45 s.
+# Do not delete build/ in the device command then.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -24,6 +29,18 @@ step() { echo; echo "=== $* ==="; }
 status=0
 
 step build
+# sm90 objects compiled elsewhere (python setup.py build_sm90_objects
+# --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1, then carried)
+# are reused when their stamp names this csrc tree and sweep flag; touched so
+# setup.py finds them newer than the copied sources. Any other stamp: removed.
+for stamp in build/temp.*/sm90/SOURCE; do
+  [ -f "$stamp" ] || continue
+  if [ "$(cat "$stamp")" = "csrc ${GEMM_ACT_CSRC_TREE:-?} sweep=${GEMM_ACT_SM90_SWEEP:-0}" ]; then
+    echo "reusing the sm90 objects of $(cat "$stamp")"; find "$(dirname "$stamp")" -name '*.o' -exec touch {} +
+  else
+    echo "sm90 objects of '$(cat "$stamp")' do not match: rebuilding them"; rm -rf "$(dirname "$stamp")"
+  fi
+done
 ( time python3 setup.py build_ext --inplace ) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 tail -3 "$OUT/build.log"
 ldd torch_gemm_act/_C*.so | grep -E "libstdc|libgcc"
