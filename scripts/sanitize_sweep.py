@@ -25,7 +25,7 @@ def main():
             a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
             w = torch.randn(n, k, device=dev, dtype=dtype, requires_grad=True)
             for bias_shape, b in (((n,), w.t()), ((m, 1), w.t().contiguous()), ((), w.t())):
-                if only_bf16_weight_t and not b.stride(0) == 1:
+                if only_bf16_weight_t and b.stride(0) != 1:  # row-major B: no candidate
                     continue
                 bias = torch.randn(bias_shape, device=dev, dtype=dtype, requires_grad=True)
                 c = torch.randn(m, n, device=dev, dtype=dtype)
