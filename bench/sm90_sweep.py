@@ -1,7 +1,7 @@
 """Measures the sm90 kernel's tile configurations against each other and
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Configurations 0, 1, 5 and 13 (and "auto", the heuristic's own choice) exist
+Configurations 0, 1, 13 and 22 (and "auto", the heuristic's own choice) exist
 in every build for fp16/bf16 (fp32: 0 only); the others are candidates
 compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 (4: `none` and `gelu`;
 15-17, the rotating kernel: every activation). Forcing a configuration that
@@ -27,15 +27,15 @@ CONFIGS = {
     "auto": "heuristic",
     "0": "coop128x256",
     "1": "pp128x128",
-    "5": "pp64x128",
     "13": "pp128x64",
+    "22": "pp64x128/k128/c1x1",
     "4": "coop256x128/c2x1",
     "15": "rot2x128x128",
     "16": "rot3x128x96",
     "17": "rot3x64x192",
 }
 # In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
-RELEASE_CONFIGS = ("auto", "0", "1", "5", "13")
+RELEASE_CONFIGS = ("auto", "0", "1", "13", "22")
 # The activations each candidate is compiled for (bf16 only).
 CANDIDATE_ACTIVATIONS = {"4": ("none", "gelu")}
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
@@ -127,7 +127,7 @@ def measure(configs, rounds, rep, only=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default="auto,0,1,5,13")
+    p.add_argument("--configs", default=",".join(RELEASE_CONFIGS))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep", type=int, default=20, help="do_bench time per round, ms")
     p.add_argument("--only", default=None, help="comma-separated MxKxN shapes to run")

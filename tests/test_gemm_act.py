@@ -181,7 +181,8 @@ def test_return_preact_gives_z_and_no_grad_gives_y(device):
 @pytest.mark.parametrize("with_c", [False, True])
 # 16-byte aligned K and N, several tiles with ragged edges. On sm90 the
 # heuristic (csrc/cuda/sm90/sm90_heuristic.h) gives M <= 64 the 64x128
-# ping-pong kernel, M <= 128 the 128x64 one, M <= 256 the 128x128 one and
+# ping-pong kernel with K = 128 per stage (K = 264: a partial last stage),
+# M <= 128 the 128x64 one, M <= 256 the 128x128 one and
 # K > 1024 at moderate N the cooperative one, for every activation
 # (ping-pong exists for weight_t only).
 @pytest.mark.parametrize("m,k,n", [(40, 264, 392), (100, 264, 392), (200, 264, 392),

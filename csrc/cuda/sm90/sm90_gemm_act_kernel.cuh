@@ -252,15 +252,22 @@ struct GmemSourceFetch {
 template <class Element>
 using SwizzleRow = Int<128 * 8 / cutlass::sizeof_bits<Element>::value>;
 
-// The K extent of a tile is one swizzle row of the element type.
-template <class Element>
-using TileK = SwizzleRow<Element>;
+// The CuTe shapes of configuration kConfig's tile (M x N x K) and cluster,
+// from the one table of them (tile_geometry, sm90_launch.h).
+template <class Element, KernelConfig kConfig>
+struct ConfigShapes {
+  static constexpr TileGeometry kGeometry = tile_geometry(kConfig);
+  using TileShape = Shape<Int<kGeometry.tile_m>, Int<kGeometry.tile_n>,
+                          Int<kGeometry.k_swizzle_rows * SwizzleRow<Element>::value>>;
+  using ClusterShape = Shape<Int<kGeometry.cluster_m>, Int<kGeometry.cluster_n>, _1>;
+};
 
-// 128x256 CTA tile, two consumer warpgroups each owning 64x256 of it
-// (cooperative), a cluster of two CTAs along N sharing (multicasting) the A
-// tile; as many pipeline stages as fit beside the epilogue's shared memory.
-// Cluster 1x2 and 2x1 measured the same on the training shapes
-// (8192x16384x4096, gelu + Z: 1.959 vs 1.963 ms); 1x1 no better (1.982).
+// Cooperative: both consumer warpgroups on one tile, each owning half of its
+// rows. kCooperative128x256: 64x256 per warpgroup, a cluster of two CTAs
+// along N sharing (multicasting) the A tile; as many pipeline stages as fit
+// beside the epilogue's shared memory. Cluster 1x2 and 2x1 measured the
+// same on the training shapes (8192x16384x4096, gelu + Z: 1.959 vs 1.963
+// ms); 1x1 no better (1.982).
 // Epilogue subtiles one swizzle row wide. For fp16/bf16 that is 128x64
 // rather than 128x32: half the subtile loop iterations and barriers per
 // tile, ~4% faster on gelu + Z (bench/results/*_sweep.log), with 3 pipeline
@@ -268,56 +275,44 @@ using TileK = SwizzleRow<Element>;
 // buffers (130 KB) leave room for 2 stages only (TF32 4096^3 gelu: 1.63x
 // torch.mm, bench/results/20261123T054641Z_820fae8.json); 128x32 leaves 3.
 // kRotatingWarpgroups: 0 for CUTLASS's own kernels.
-template <class Element>
-struct ConfigCooperative128x256 {
+template <class Element, KernelConfig kConfig = KernelConfig::kCooperative128x256,
+          class EpiTile = Shape<_128, SwizzleRow<Element>>>
+struct ConfigCooperative : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = 0;
-  using TileShape = Shape<_128, _256, TileK<Element>>;
-  using ClusterShape = Shape<_1, _2, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using EpilogueTile = Shape<_128, SwizzleRow<Element>>;
+  using EpilogueTile = EpiTile;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
 
-// Ping-pong: each consumer warpgroup owns a whole 128x128 tile and the two
+// Ping-pong: each consumer warpgroup owns a whole tile and the two
 // alternate, so one's epilogue overlaps the other's mainloop (its epilogue
 // runs on 128 threads instead of 256, which loses where the activation is
-// expensive and K short: see sm90_heuristic.h). Epilogue subtiles 64 rows
-// by one swizzle row (64x64, 6 pipeline stages); a 64x128 subtile spills
-// registers and 128x64 is not a shape CUTLASS's ping-pong epilogue takes.
-template <class Element, class EpiTile = Shape<_64, SwizzleRow<Element>>,
-          class Cluster = Shape<_1, _2, _1>,
-          class TileMN = Shape<_128, _128>>
-struct ConfigPingpong128x128 {
+// expensive and K short: see sm90_heuristic.h). 128x128 tiles take
+// epilogue subtiles 64 rows by one swizzle row (64x64, 6 pipeline stages);
+// a 64x128 subtile spills registers and 128x64 is not a shape CUTLASS's
+// ping-pong epilogue takes. The small tiles for small M (sm90_launch.h)
+// take 64x32 subtiles (the epilogue is a small part of those launches) and
+// get 8 pipeline stages, 4 with K = 128 per stage.
+template <class Element, KernelConfig kConfig, class EpiTile = Shape<_64, _32>>
+struct ConfigPingpong : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = 0;
-  using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
-  using ClusterShape = Cluster;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using EpilogueTile = EpiTile;
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
 
-// Ping-pong with 64x128 tiles for small M; 64x32 epilogue subtiles (the
-// epilogue is a small part of these launches), 8 pipeline stages.
 template <class Element>
-using ConfigPingpong64x128 =
-    ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>, Shape<_64, _128>>;
-
-// Ping-pong with 128x64 tiles for 64 < M <= 128 (sm90_launch.h); 64x32
-// epilogue subtiles, 8 pipeline stages.
-template <class Element>
-using ConfigPingpong128x64 =
-    ConfigPingpong128x128<Element, Shape<_64, _32>, Shape<_1, _2, _1>, Shape<_128, _64>>;
+using ConfigPingpong128x128 =
+    ConfigPingpong<Element, KernelConfig::kPingpong128x128, Shape<_64, SwizzleRow<Element>>>;
 
 // The rotating kernel (sm90_rotating_kernel.cuh): kWarpgroups math
-// warpgroups, one TileMN tile each, cluster 1x2; the epilogue's visitor
-// tree only unpacks and stores, so its subtiles need few registers.
-template <class Element, int kWarpgroups, class TileMN, class EpiTile = Shape<_64, _32>>
-struct ConfigRotating {
+// warpgroups, one tile each; the epilogue's visitor tree only unpacks and
+// stores, so its subtiles need few registers.
+template <class Element, KernelConfig kConfig, int kWarpgroups, class EpiTile = Shape<_64, _32>>
+struct ConfigRotating : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = kWarpgroups;
-  using TileShape = Shape<decltype(get<0>(TileMN{})), decltype(get<1>(TileMN{})), TileK<Element>>;
-  using ClusterShape = Shape<_1, _2, _1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;  // its mainloop
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using EpilogueTile = EpiTile;
@@ -327,15 +322,8 @@ struct ConfigRotating {
 #ifdef GEMM_ACT_SM90_SWEEP
 // 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
 template <class Element>
-struct ConfigCooperative256x128 {
-  static constexpr int kRotatingWarpgroups = 0;
-  using TileShape = Shape<_256, _128, TileK<Element>>;
-  using ClusterShape = Shape<_2, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-  using EpilogueTile = Shape<_128, _32>;
-  using TileScheduler = cutlass::gemm::PersistentScheduler;
-};
+using ConfigCooperative256x128 =
+    ConfigCooperative<Element, KernelConfig::kCooperative256x128, Shape<_128, _32>>;
 #endif
 
 template <Dtype kDtype>
@@ -589,14 +577,18 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
   static_assert(kDtype != Dtype::F32 || kB == BLayout::KMajor,
                 "wgmma reads TF32 operands K-major only");
   if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F32) {
-    if (la.config == KernelConfig::kPingpong128x128) {
-      return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
-    }
-    if (la.config == KernelConfig::kPingpong64x128) {
-      return detail::run_kernel<detail::ConfigPingpong64x128<Element>, kDtype, kB, kAct>(la);
-    }
-    if (la.config == KernelConfig::kPingpong128x64) {
-      return detail::run_kernel<detail::ConfigPingpong128x64<Element>, kDtype, kB, kAct>(la);
+    using detail::ConfigPingpong;
+    switch (la.config) {
+      case KernelConfig::kPingpong128x128:
+        return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
+      case KernelConfig::kPingpong128x64:
+        return detail::run_kernel<ConfigPingpong<Element, KernelConfig::kPingpong128x64>, kDtype,
+                                  kB, kAct>(la);
+      case KernelConfig::kPingpong64x128K128:
+        return detail::run_kernel<ConfigPingpong<Element, KernelConfig::kPingpong64x128K128>,
+                                  kDtype, kB, kAct>(la);
+      default:
+        break;
     }
 #ifdef GEMM_ACT_SM90_SWEEP
     if constexpr (kDtype == Dtype::BF16) {
@@ -613,7 +605,7 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
   if (la.config != KernelConfig::kCooperative128x256) {
     return {LaunchStatus::kUnknownConfig, cudaSuccess, "configuration not compiled for this case"};
   }
-  return detail::run_kernel<detail::ConfigCooperative128x256<Element>, kDtype, kB, kAct>(la);
+  return detail::run_kernel<detail::ConfigCooperative<Element>, kDtype, kB, kAct>(la);
 }
 
 #define GEMM_ACT_SM90_INSTANTIATE(DT, BL, ACT) \

@@ -13,34 +13,6 @@
 namespace gemm_act {
 namespace sm90 {
 
-struct TileGeometry {
-  int tile_m, tile_n, cluster_m, cluster_n;
-};
-
-inline TileGeometry tile_geometry(KernelConfig config) {
-  switch (config) {
-    case KernelConfig::kPingpong128x128:
-      return {128, 128, 1, 2};
-    case KernelConfig::kPingpong64x128:
-      return {64, 128, 1, 2};
-    case KernelConfig::kPingpong128x64:
-      return {128, 64, 1, 2};
-#ifdef GEMM_ACT_SM90_SWEEP
-    case KernelConfig::kCooperative256x128:
-      return {256, 128, 2, 1};
-    case KernelConfig::kRotating2x128x128:
-      return {128, 128, 1, 2};
-    case KernelConfig::kRotating3x128x96:
-      return {128, 96, 1, 2};
-    case KernelConfig::kRotating3x64x192:
-      return {64, 192, 1, 2};
-#endif
-    case KernelConfig::kCooperative128x256:
-    default:
-      return {128, 256, 1, 2};
-  }
-}
-
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // TORCH_GEMM_ACT_SM90_CONFIG=<KernelConfig number> forces a configuration
@@ -71,7 +43,11 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   //    128x128 tiles give twice the CTAs streaming it (M = 128, N = 16384,
   //    K = 4096, gelu: ping-pong 1.074, cooperative 1.201). For M <= 64,
   //    64x128 tiles (M = 16: 1.071 against 1.138 for 128x128; earlier
-  //    1.054 and 1.075 against 1.179 and 1.157; at M = 128 a tie, 1.079).
+  //    1.054 and 1.075 against 1.179 and 1.157; at M = 128 a tie, 1.079),
+  //    and of those the ones with K = 128 per stage and no cluster (M =
+  //    16: 1.026 against 1.075 in 9 rounds,
+  //    bench/results/20261123T150445Z_36ecf14_sweep_m16.log; at M = 128
+  //    1.074 against 1.044 for 128x64).
   //    For 64 < M <= 128, 128x64 tiles, two or more per CTA, so the last
   //    epilogue no longer ends the launch alone (M = 128: 1.041-1.043
   //    against 1.063-1.064 for 128x128 in three sweeps of 9 rounds,
@@ -93,7 +69,7 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   if (!pingpong_compiled || !(small_m || wide_n || short_k)) {
     la.config = KernelConfig::kCooperative128x256;
   } else {
-    la.config = p.m <= 64    ? KernelConfig::kPingpong64x128
+    la.config = p.m <= 64    ? KernelConfig::kPingpong64x128K128
                 : p.m <= 128 ? KernelConfig::kPingpong128x64
                              : KernelConfig::kPingpong128x128;
   }

@@ -39,11 +39,6 @@ enum class KernelConfig : int {
   // fp16/bf16 with column-major B (the nn.Linear case) only; everything else
   // runs cooperative.
   kPingpong128x128 = 1,
-  // The ping-pong kernel with 64x128 tiles, for M <= 64 (inference with a
-  // few tokens): the weight streams through the same number of CTAs with
-  // half the wasted MMA rows and 8 pipeline stages instead of 6. Compiled
-  // where ping-pong is.
-  kPingpong64x128 = 5,
   // The ping-pong kernel with 128x64 tiles, for 64 < M <= 128: each CTA
   // streams two or more 64-column slices of the weight, so one tile's
   // epilogue overlaps the next one's loads instead of ending the launch
@@ -51,12 +46,19 @@ enum class KernelConfig : int {
   // matter where the weight read is the whole cost). Compiled where
   // ping-pong is.
   kPingpong128x64 = 13,
+  // The ping-pong kernel with 64x128 tiles, K = 128 per pipeline stage and
+  // no cluster, for M <= 64 (inference with a few tokens): the weight
+  // streams through as many CTAs as with 128x128 tiles, with half the
+  // wasted MMA rows; each stage holds two 128-byte swizzle rows of the
+  // weight, so a TMA load moves twice the bytes; and with 16 rows of A
+  // there is nothing worth multicasting. Compiled where ping-pong is.
+  kPingpong64x128K128 = 22,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
-  // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 6-12 and 14
-  // were epilogue-subtile, cluster and tile variants of the tiles above and
-  // kernels without the Z store, measured no better
-  // (bench/results/*_sweep.log) and retired.
+  // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 5-12, 14,
+  // 18-21 were epilogue-subtile, cluster, tile and K-depth variants of the
+  // tiles above, kernels without the Z store and stores straight from the
+  // registers, measured no better (bench/results/*_sweep.log) and retired.
   kCooperative256x128 = 4,  // 256x128 tile (128x128 per warpgroup), cluster 2x1; none, gelu
   // The rotating kernel (sm90_rotating_kernel.cuh), every activation: N math
   // warpgroups with an MxN tile each, the activation computed before the
@@ -66,6 +68,39 @@ enum class KernelConfig : int {
   kRotating3x64x192 = 17,
 #endif
 };
+
+// The shape of each configuration's work: the CTA tile (M x N), its depth
+// along K in 128-byte shared-memory swizzle rows (64 fp16/bf16 or 32 fp32
+// elements each), and the cluster of CTAs. Written here only: the kernels'
+// configurations (sm90_gemm_act_kernel.cuh) and the heuristic
+// (sm90_heuristic.h) both read this table.
+struct TileGeometry {
+  int tile_m, tile_n, k_swizzle_rows, cluster_m, cluster_n;
+};
+
+constexpr TileGeometry tile_geometry(KernelConfig config) {
+  switch (config) {
+    case KernelConfig::kPingpong128x128:
+      return {128, 128, 1, 1, 2};
+    case KernelConfig::kPingpong128x64:
+      return {128, 64, 1, 1, 2};
+    case KernelConfig::kPingpong64x128K128:
+      return {64, 128, 2, 1, 1};
+#ifdef GEMM_ACT_SM90_SWEEP
+    case KernelConfig::kCooperative256x128:
+      return {256, 128, 1, 2, 1};
+    case KernelConfig::kRotating2x128x128:
+      return {128, 128, 1, 1, 2};
+    case KernelConfig::kRotating3x128x96:
+      return {128, 96, 1, 1, 2};
+    case KernelConfig::kRotating3x64x192:
+      return {64, 192, 1, 1, 2};
+#endif
+    case KernelConfig::kCooperative128x256:
+    default:
+      return {128, 256, 1, 1, 2};
+  }
+}
 
 inline bool is_rotating(KernelConfig config) {
 #ifdef GEMM_ACT_SM90_SWEEP

@@ -24,7 +24,9 @@ struct PreactArguments {
 // fragment z of N floats, in the order of the shared epilogue
 // (csrc/cuda/epilogue): terms that do not exist are not added at all, so z
 // is bit-for-bit alpha * acc when there is neither C nor bias (-0.0
-// included). alpha == 1 (every nn.Linear) skips the multiply.
+// included). alpha == 1 (every nn.Linear) skips the multiply. One pass per
+// term: fusing the bias into the alpha multiply (one FFMA) spilled
+// registers.
 template <int N, class Fragment, class CAt, class RowAt, class ColAt>
 CUTLASS_DEVICE void add_preact_terms(Fragment& z, PreactArguments const& args, CAt&& c_at,
                                      RowAt&& row_at, ColAt&& col_at) {

@@ -57,11 +57,8 @@ class RotatingKernel
   // the 64K register file in multiples of 8.
   static constexpr uint32_t kProducerRegisters = kMathWarpgroups == 2 ? 40 : 24;
   static constexpr uint32_t kMathRegisters =
-      ((65536 / cutlass::NumThreadsPerWarpGroup - kProducerRegisters) / kMathWarpgroups) / 8 * 8 >
-              240
-          ? 240
-          : ((65536 / cutlass::NumThreadsPerWarpGroup - kProducerRegisters) / kMathWarpgroups) /
-                8 * 8;
+      (65536 / cutlass::NumThreadsPerWarpGroup - kProducerRegisters) / kMathWarpgroups / 8 * 8;
+  static_assert(kMathRegisters <= 256, "setmaxnreg takes at most 256");
 
   // The math warpgroups' turns: one sequence for the mainloop, one for the
   // store.

@@ -16,14 +16,15 @@ LaunchResult launch_rotating(const LaunchArgs& la) {
   using detail::ConfigRotating;
   switch (la.config) {
     case KernelConfig::kRotating2x128x128:
-      return detail::run_kernel<ConfigRotating<Element, 2, Shape<_128, _128>, Shape<_64, _64>>,
-                                kDtype, kB, kAct>(la);
+      return detail::run_kernel<
+          ConfigRotating<Element, KernelConfig::kRotating2x128x128, 2, Shape<_64, _64>>, kDtype,
+          kB, kAct>(la);
     case KernelConfig::kRotating3x128x96:
-      return detail::run_kernel<ConfigRotating<Element, 3, Shape<_128, _96>>, kDtype, kB, kAct>(
-          la);
+      return detail::run_kernel<ConfigRotating<Element, KernelConfig::kRotating3x128x96, 3>,
+                                kDtype, kB, kAct>(la);
     case KernelConfig::kRotating3x64x192:
-      return detail::run_kernel<ConfigRotating<Element, 3, Shape<_64, _192>>, kDtype, kB, kAct>(
-          la);
+      return detail::run_kernel<ConfigRotating<Element, KernelConfig::kRotating3x64x192, 3>,
+                                kDtype, kB, kAct>(la);
     default:
       return {LaunchStatus::kUnknownConfig, cudaSuccess, "not a rotating configuration"};
   }
