@@ -150,7 +150,7 @@ def main():
           + "".join(f"{CONFIGS.get(c, c):>24}" for c in configs))
     for r in results:
         ratios = {c: ms / r["mm_ms"] for c, ms in r["ms"].items()}
-        best = min(ratios, key=ratios.get)
+        best = min(ratios, key=ratios.get) if ratios else None  # none of them runs this case
         cells = "".join(
             f"{ratios[c]:>22.3f}{'*' if c == best else ' '}{'!' if r['err'][c] > 2e-2 else ' '}"
             if c in ratios else f"{'-':>24}" for c in configs)
