@@ -5,8 +5,10 @@ its clock as the work per cycle grows).
 
     python scripts/diag/clock_probe.py [--seconds 3] [--shape 4096,4096,4096]
 
-Prints, per contender: ms per call, median SM clock (MHz), median power (W)
-and the clock-event reasons nvidia-smi reported most often.
+Prints, per contender: ms per call, median SM clock (MHz), median power (W),
+the cycles (ms x MHz) and the energy (ms x W) per call, and the clock-event
+reasons nvidia-smi reported most often. --preact also runs each activation
+with Z written (return_preact=True), as a training forward does.
 """
 
 import argparse
@@ -54,6 +56,7 @@ def main():
     p.add_argument("--shape", action="append", help="M,K,N (bf16); repeatable")
     p.add_argument("--acts", default="none,relu,gelu,gelu_tanh,silu")
     p.add_argument("--configs", default="auto", help="TORCH_GEMM_ACT_SM90_CONFIG values")
+    p.add_argument("--preact", action="store_true", help="also time each activation writing Z")
     args = p.parse_args()
 
     import torch
@@ -65,7 +68,8 @@ def main():
     print(torch.cuda.get_device_name(), subprocess.run(
         ["nvidia-smi", "--query-gpu=power.limit,clocks.max.sm", "--format=csv"],
         capture_output=True, text=True).stdout.strip().replace("\n", " | "))
-    print(f"{'shape':18} {'contender':22} {'ms':>8} {'MHz':>6} {'W':>6}  reasons (most frequent)")
+    print(f"{'shape':18} {'contender':26} {'ms':>8} {'MHz':>6} {'W':>6} {'kcycles':>8} {'mJ':>6}"
+          "  reasons (most frequent)")
     for shape in args.shape or ["4096,4096,4096", "32768,768,3072"]:
         m, k, n = (int(v) for v in shape.split(","))
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -74,13 +78,15 @@ def main():
         contenders = [("torch.mm", lambda: torch.mm(a, w.t()))]
         for cfg in args.configs.split(","):
             for act in args.acts.split(","):
-                def run(act=act, cfg=cfg):
-                    if cfg == "auto":
-                        os.environ.pop("TORCH_GEMM_ACT_SM90_CONFIG", None)
-                    else:
-                        os.environ["TORCH_GEMM_ACT_SM90_CONFIG"] = cfg
-                    return torch_gemm_act.linear_act(a, w, bias, act)
-                contenders.append((f"{act} cfg={cfg}", run))
+                for preact in (False, True) if args.preact else (False,):
+                    def run(act=act, cfg=cfg, preact=preact):
+                        if cfg == "auto":
+                            os.environ.pop("TORCH_GEMM_ACT_SM90_CONFIG", None)
+                        else:
+                            os.environ["TORCH_GEMM_ACT_SM90_CONFIG"] = cfg
+                        return torch_gemm_act.gemm_act(a, w.t(), bias, activation=act,
+                                                       return_preact=preact)
+                    contenders.append((f"{act}{' + Z' if preact else ''} cfg={cfg}", run))
         contenders.append(("torch.mm (again)", contenders[0][1]))
         with torch.no_grad():
             for name, fn in contenders:
@@ -90,7 +96,8 @@ def main():
                 mhz = statistics.median(s[0] for s in busy) if busy else float("nan")
                 watts = statistics.median(s[1] for s in busy) if busy else float("nan")
                 reasons = statistics.mode(s[2] for s in busy) if busy else "-"
-                print(f"{shape:18} {name:22} {ms:8.4f} {mhz:6.0f} {watts:6.0f}  {reasons}")
+                print(f"{shape:18} {name:26} {ms:8.4f} {mhz:6.0f} {watts:6.0f} {ms * mhz:8.0f}"
+                      f" {ms * watts:6.1f}  {reasons}")
         os.environ.pop("TORCH_GEMM_ACT_SM90_CONFIG", None)
 
 
