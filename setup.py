@@ -87,15 +87,21 @@ def _compile_sm90_objects(build_temp, abi=None):
     newest_header = max(os.path.getmtime(h) for h in headers)
     nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
     host = ["-ccbin", os.environ["CXX"]] if os.environ.get("CXX") else []
+    # The options that change what an object is (a sweep build compiles more
+    # configurations): objects compiled with others are stale whatever their
+    # time, so switching between sweep and release builds recompiles them.
+    defining = [*_sm90_sweep_flags(), f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    os.makedirs(os.path.join(build_temp, "sm90"), exist_ok=True)
+    flags_file = os.path.join(build_temp, "sm90", "FLAGS")
+    same_flags = os.path.exists(flags_file) and open(flags_file).read().split() == defining
     jobs = []
     for src in sorted(glob.glob(os.path.join(CSRC, "cuda", "sm90", "sm90_inst_*.cu"))):
         obj = os.path.join(build_temp, "sm90", os.path.basename(src) + ".o")
-        os.makedirs(os.path.dirname(obj), exist_ok=True)
-        if not os.path.exists(obj) or os.path.getmtime(obj) < max(newest_header, os.path.getmtime(src)):
+        if (not same_flags or not os.path.exists(obj)
+                or os.path.getmtime(obj) < max(newest_header, os.path.getmtime(src))):
             jobs.append([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
-                         *_sm90_sweep_flags(),
-                         "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
-                         f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", CSRC, "-I", include, "-c", src, "-o", obj])
+                         *defining, "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
+                         "-I", CSRC, "-I", include, "-c", src, "-o", obj])
         yield obj
     workers = max(1, int(os.environ.get("MAX_JOBS", os.cpu_count() or 1)))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -104,6 +110,8 @@ def _compile_sm90_objects(build_temp, abi=None):
             if result.returncode != 0:
                 sys.stderr.write(result.stdout + result.stderr)
                 raise RuntimeError(f"torch_gemm_act: nvcc failed on {cmd[-3]}")
+    with open(flags_file, "w") as f:
+        f.write(" ".join(defining) + "\n")
 
 
 def sm90_source_id():
