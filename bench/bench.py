@@ -233,7 +233,7 @@ def make_timer(args, device):
             return float(r[0] if isinstance(r, (list, tuple)) else r)
         how = "quantiles=[0.5]"
     return t, (f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, {how}), "
-               f"median of {args.rounds} rounds taken in turns")
+               f"median of {args.rounds} rounds taken in turns, each round starting one contender later")
 
 
 def _finite_or_str(x):
@@ -392,10 +392,15 @@ def bench_shape(group, spec, modes, ctx):
 
                 # ---- timings: the contenders take turns, --rounds times, and
                 # each keeps the median of its rounds, so a clock that drifts
-                # over the run (power, heat) costs them all alike.
+                # over the run (power, heat) costs them all alike. Each round
+                # starts one contender later: under the board's power cap a
+                # kernel timed right after a heavy one runs at a lower clock
+                # (bench/README.md), and a fixed order would hand that to the
+                # same contender every time.
                 rounds = {name: [] for name in order}
-                for _ in range(args.rounds):
-                    for name in order:
+                for r in range(args.rounds):
+                    shift = r % len(order)
+                    for name in order[shift:] + order[:shift]:
                         if name in errors:
                             continue
                         try:
@@ -470,8 +475,9 @@ def parse_args(argv):
     p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="only these modes")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
     p.add_argument("--rep", type=int, default=40, help="do_bench repetition time per round, ms")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="times each contender is measured, taking turns (median kept)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="times each contender is measured, taking turns, each round starting one "
+                        "contender later (median kept)")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="for testing this script only: run on the CPU (give a tiny --shapes file)")
     return p.parse_args(argv)

@@ -136,19 +136,21 @@ GEMM_ACT_HD T times_sigmoid(T numerator, T x) {
 // varying: a degree-10 polynomial in t = u/3 - 1 (least-squares Chebyshev
 // fit on [0, 6], float coefficients), to 4e-7 (relative, in 2^result) for
 // a <= 6; beyond, g stays at g(6), 16% off at a = 7 and 2x at 13.
-// kHalf: one degree-7 polynomial in a - 3 for all of it (minimax on [0, 6],
-// 3.3e-6; 4.6e-6 in float arithmetic, whose rounding the shift to a - 3
-// keeps small) and no clamp: beyond a = 6 it keeps decaying, 0.04% off at
-// a = 7, 0.6% at 8, 16% at 10 and 4x at 12 (where Phi(-a) < 2e-33 and
-// PyTorch's float GELU has long been 0), then 0 below 2^-126. It ends a GELU
-// in 12 instructions per element instead of 14, the epilogue's cost on
-// short-K GEMMs.
+// kHalf: one degree-7 polynomial in a for all of it, no clamp, no shift:
+// its first multiply takes |z| as an operand modifier, so a GELU for 16-bit
+// results takes 11 instructions per element, the epilogue's cost on
+// short-K GEMMs. A minimax fit (scripts/fit_normal_tail.py) weighted to
+// where fp16 results are normal: in float arithmetic 4.5e-6 relative (in
+// 2^result) for a <= 4.5, 1.8e-5 up to 6 (bf16's 1% of an ulp is 3.9e-5,
+// and fp16 results are subnormal there); beyond a = 6 it keeps decaying,
+// 0.01% off at 7, 0.3% at 8 and 13% at 10 (where Phi(-a) < 1e-23 and
+// PyTorch's float GELU has long been 0), then 0 below 2^-126.
 template <Precision kP>
 GEMM_ACT_HD float log2_normal_tail(float a) {
   if constexpr (kP == Precision::kHalf) {
-    const float c[] = {-1.834430464e-06f, 2.306659007e-05f, -1.685398893e-04f, 1.131899189e-03f,
-                       -7.551211398e-03f, -6.704417467e-01f, -4.736522198e+00f, -9.532936096e+00f};
-    return polynomial(a - 3.0f, c);
+    const float c[] = {-1.786778398e-06f, 6.076538921e-05f, -9.249974391e-04f, 8.490202948e-03f,
+                       -5.393190309e-02f, -4.584850073e-01f, -1.151245594e+00f, -9.999955297e-01f};
+    return polynomial(a, c);
   } else {
     const float c[] = {-6.955044810e-04f, 8.906872245e-04f, 1.686388045e-03f, -6.136647426e-03f,
                        1.534978300e-02f,  -3.925830498e-02f, 9.222940356e-02f, -2.043862790e-01f,
