@@ -65,6 +65,7 @@ CASES = [
     (16384, 1024, 4096, "gelu_tanh", False, "bf16"), (16384, 1024, 4096, "gelu_tanh", True, "bf16"),
     (4096, 4096, 4096, "gelu_tanh", True, "bf16"), (16384, 1024, 4096, "tanh", False, "bf16"),
     (4096, 4096, 4096, "gelu", False, "tf32"), (4096, 4096, 4096, "gelu", True, "tf32"),
+    (8191, 4095, 4097, "gelu", False, "bf16"), (8191, 4095, 4097, "gelu", True, "bf16"),
 ]
 
 

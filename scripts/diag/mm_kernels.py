@@ -1,8 +1,10 @@
 """Which kernels torch.mm (cuBLAS) runs for the benchmark's shapes, and how
 long each takes: the tile shapes, cluster sizes and schedules in cuBLAS's
-kernel names say what the library found best for each problem.
+kernel names say what the library found best for each problem. With
+--gemm-act, also the kernels of one gemm_act call (inference and forward,
+gelu): where a staged (unaligned) case spends its time.
 
-    python scripts/diag/mm_kernels.py [--shapes ../shared/shapes.json]
+    python scripts/diag/mm_kernels.py [--shapes ../shared/shapes.json] [--only 8191x4095x4097] [--gemm-act]
 """
 
 import argparse
@@ -32,20 +34,47 @@ def kernels(fn, runs=5):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--shapes", default=os.path.join(HERE, "..", "..", "bench", "shapes.json"))
+    p.add_argument("--only", default=None, help="comma-separated MxKxN shapes")
+    p.add_argument("--gemm-act", action="store_true", help="also profile torch_gemm_act.linear_act")
     args = p.parse_args()
     with open(args.shapes) as f:
         shapes = json.load(f)
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
     for group in ("training", "inference", "fp32", "odd"):
         for s in shapes.get(group, []):
+            if args.only and f"{s['M']}x{s['K']}x{s['N']}" not in args.only.split(","):
+                continue
             torch.backends.cuda.matmul.allow_tf32 = bool(s.get("tf32", False))
             dt = dtypes[s["dtype"]]
             a = torch.randn(s["M"], s["K"], device="cuda", dtype=dt)
             w = torch.randn(s["N"], s["K"], device="cuda", dtype=dt)
             print(f"{group} {s['M']}x{s['K']}x{s['N']} {s['dtype']}"
                   f"{' tf32' if s.get('tf32') else ''}:")
-            for name, ms in sorted(kernels(lambda: torch.mm(a, w.t())).items(), key=lambda kv: -kv[1]):
-                print(f"  {ms:8.3f} ms  {name[:160]}")
+            runs = {"torch.mm": lambda: torch.mm(a, w.t())}
+            if args.gemm_act:
+                import torch_gemm_act
+
+                bias = torch.randn(s["N"], device="cuda", dtype=dt)
+                a_grad = a.clone().requires_grad_()
+
+                def inference():
+                    with torch.no_grad():
+                        return torch_gemm_act.linear_act(a, w, bias, "gelu")
+
+                runs["gemm_act inference"] = inference
+                runs["gemm_act forward"] = lambda: torch_gemm_act.linear_act(a_grad, w, bias, "gelu")
+                compiled = torch.compile(lambda x, wt, b: torch.nn.functional.gelu(
+                    torch.nn.functional.linear(x, wt, b)), dynamic=False)
+
+                def compiled_inference():
+                    with torch.no_grad():
+                        return compiled(a, w, bias)
+
+                runs["torch.compile inference"] = compiled_inference
+            for label, fn in runs.items():
+                print(f"  {label}:")
+                for name, ms in sorted(kernels(fn).items(), key=lambda kv: -kv[1]):
+                    print(f"    {ms:8.3f} ms  {name[:160]}")
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
