@@ -1,8 +1,10 @@
 """Which kernels torch.mm (cuBLAS) runs for the benchmark's shapes, and how
 long each takes: the tile shapes, cluster sizes and schedules in cuBLAS's
 kernel names say what the library found best for each problem. With
---gemm-act, also the kernels of one gemm_act call (inference and forward,
-gelu): where a staged (unaligned) case spends its time.
+--gemm-act, also the kernels of gemm_act (inference and forward, gelu) and
+of torch.compile's code: where a staged (unaligned) case spends its time.
+Times are ms per launch of each kernel, averaged over its launches (a
+kernel launched three times per call shows one third of its share).
 
     python scripts/diag/mm_kernels.py [--shapes ../shared/shapes.json] [--only 8191x4095x4097] [--gemm-act]
 """
