@@ -36,9 +36,10 @@ CONFIGS = {
     "17": "rot3x64x192",
 }
 # In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
-RELEASE_CONFIGS = ("auto", "0", "1", "13", "22")
-# The activations each candidate is compiled for (bf16 only).
-CANDIDATE_ACTIVATIONS = {"4": ("none", "gelu")}
+RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
+# The activations a sweep-only candidate is compiled for (bf16 only), where
+# not every activation.
+CANDIDATE_ACTIVATIONS = {}
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 

@@ -82,8 +82,8 @@ done
 fi
 
 if want sweep; then
-step "sm90 configurations: SWEEP_CONFIGS (candidates beyond 0, 1, 13, 22 need a GEMM_ACT_SM90_SWEEP=1 build)"
-python3 bench/sm90_sweep.py --configs "${SWEEP_CONFIGS:-auto,0,1,13,22}" --out "$OUT/sweep.json" 2>&1 \
+step "sm90 configurations: SWEEP_CONFIGS (candidates beyond 0, 1, 4, 13, 22 need a GEMM_ACT_SM90_SWEEP=1 build)"
+python3 bench/sm90_sweep.py --configs "${SWEEP_CONFIGS:-auto,0,1,4,13,22}" --out "$OUT/sweep.json" 2>&1 \
   | tee "$OUT/sweep.log" | tail -22
 fi
 

@@ -371,12 +371,11 @@ struct ConfigRotating : ConfigShapes<Element, kConfig> {
   using TileScheduler = cutlass::gemm::PersistentScheduler;
 };
 
-#ifdef GEMM_ACT_SM90_SWEEP
-// 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile.
+// 256x128: each warpgroup a 128x128 half, cluster 2x1 sharing the B tile;
+// 128x32 epilogue subtiles.
 template <class Element>
 using ConfigCooperative256x128 =
     ConfigCooperative<Element, KernelConfig::kCooperative256x128, Shape<_128, _32>>;
-#endif
 
 template <Dtype kDtype>
 struct ElementOf;
@@ -618,10 +617,10 @@ LaunchResult launch_rotating(const LaunchArgs& la);
 #endif
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
-// four configurations; row-major B and fp32 only the cooperative one, which
-// keeps the build shorter (each configuration adds about a minute of compile
-// time per file) for cases that are rarer and for which ping-pong's gains
-// (3-5%) are small.
+// five configurations; row-major B and fp32 only the 128x256 cooperative
+// one, which keeps the build shorter (each configuration adds about a
+// minute of compile time per file) for cases that are rarer and for which
+// the others' gains (3-5%) are small.
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_gemm_act(const LaunchArgs& la) {
   using Element = typename detail::ElementOf<kDtype>::type;
@@ -638,18 +637,15 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
       case KernelConfig::kPingpong64x128K128:
         return detail::run_kernel<ConfigPingpong<Element, KernelConfig::kPingpong64x128K128>,
                                   kDtype, kB, kAct>(la);
+      case KernelConfig::kCooperative256x128:
+        return detail::run_kernel<detail::ConfigCooperative256x128<Element>, kDtype, kB, kAct>(
+            la);
       default:
         break;
     }
 #ifdef GEMM_ACT_SM90_SWEEP
     if constexpr (kDtype == Dtype::BF16) {
       if (is_rotating(la.config)) return launch_rotating<kDtype, kB, kAct>(la);
-      if constexpr (kAct == Activation::None || kAct == Activation::GELU) {
-        if (la.config == KernelConfig::kCooperative256x128) {
-          return detail::run_kernel<detail::ConfigCooperative256x128<Element>, kDtype, kB, kAct>(
-              la);
-        }
-      }
     }
 #endif
   }

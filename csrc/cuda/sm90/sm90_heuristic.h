@@ -15,6 +15,16 @@ namespace sm90 {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The waves of tiles configuration `g` runs on `sm_count` SMs: CUTLASS rounds
+// each side of the tile grid up to a multiple of the cluster, and the
+// persistent CTAs take the tiles in turns, so the launch lasts as many tile
+// times as the busiest SM has tiles.
+inline int64_t tile_waves(const GemmActParams& p, const TileGeometry& g, int sm_count) {
+  const int64_t tiles = ceil_div(ceil_div(p.m, g.tile_m), g.cluster_m) * g.cluster_m *
+                        ceil_div(ceil_div(p.n, g.tile_n), g.cluster_n) * g.cluster_n;
+  return ceil_div(tiles, sm_count);
+}
+
 // TORCH_GEMM_ACT_SM90_CONFIG=<KernelConfig number> forces a configuration
 // (for measuring them against each other: bench/sm90_sweep.py); -1 if unset.
 // Read on every call (a lookup in the environment, well under a launch's
@@ -25,9 +35,10 @@ inline int config_from_env() {
 }
 
 // Fills la.config, la.raster and la.max_swizzle for the problem in `p`, whose
-// elements take `element_bytes` each. `pingpong_compiled`: whether the
-// ping-pong configuration exists for this case (fp16/bf16 with column-major B
-// only, see sm90_gemm_act_kernel.cuh).
+// elements take `element_bytes` each, from la.sm_count. `pingpong_compiled`:
+// whether the configurations beyond the 128x256 cooperative one exist for
+// this case (fp16/bf16 with column-major B only, see
+// sm90_gemm_act_kernel.cuh).
 inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pingpong_compiled,
                           LaunchArgs& la) {
   // 1. Tile configuration. Ping-pong hides one tile's epilogue behind the
@@ -62,12 +73,22 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   //    16-bit GELU lost 4 instructions per element, cooperative won the
   //    K = 768 gelu + Z case (earlier: 1.496 vs 1.599).
   //  - Otherwise cooperative; at 4096^3 the two tie (gelu 1.094 vs 1.099,
-  //    gelu + Z 1.055 vs 1.046, fp16 relu 1.019 vs 1.018).
+  //    gelu + Z 1.055 vs 1.046, fp16 relu 1.019 vs 1.018). Its 256x128
+  //    tiles where they need fewer waves than 128x256: their mainloop is
+  //    2-3% slower (4096^3 gelu 1.089 vs 1.062, 8192x4096x16384 none 1.040
+  //    vs 1.021), a wave fewer gains more (8191x4097x4095, staged as
+  //    N = 4104, 8 waves instead of 9: 0.285 vs 0.316, with Z 0.339 vs
+  //    0.372; bench/results/20261123T185300Z_01447cb_sweep_coop256x128.log).
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   const bool short_k = p.k <= 1024;
   if (!pingpong_compiled || !(small_m || wide_n || short_k)) {
     la.config = KernelConfig::kCooperative128x256;
+    if (pingpong_compiled && la.sm_count > 0 &&
+        tile_waves(p, tile_geometry(KernelConfig::kCooperative256x128), la.sm_count) <
+            tile_waves(p, tile_geometry(KernelConfig::kCooperative128x256), la.sm_count)) {
+      la.config = KernelConfig::kCooperative256x128;
+    }
   } else {
     la.config = p.m <= 64    ? KernelConfig::kPingpong64x128K128
                 : p.m <= 128 ? KernelConfig::kPingpong128x64

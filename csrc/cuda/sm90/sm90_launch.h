@@ -53,13 +53,18 @@ enum class KernelConfig : int {
   // weight, so a TMA load moves twice the bytes; and with 16 rows of A
   // there is nothing worth multicasting. Compiled where ping-pong is.
   kPingpong64x128K128 = 22,
+  // The cooperative kernel with 256x128 tiles (128x128 per warpgroup) and a
+  // cluster of 2x1 sharing the B tile: a slightly weaker mainloop than
+  // 128x256 (2-3%), taken where it needs fewer waves of tiles, e.g. where
+  // N is a little above a multiple of 256 (8191x4095x4097: 8 waves instead
+  // of 9). Compiled where ping-pong is.
+  kCooperative256x128 = 4,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 5-12, 14,
   // 18-21 were epilogue-subtile, cluster, tile and K-depth variants of the
   // tiles above, kernels without the Z store and stores straight from the
   // registers, measured no better (bench/results/*_sweep.log) and retired.
-  kCooperative256x128 = 4,  // 256x128 tile (128x128 per warpgroup), cluster 2x1; none, gelu
   // The rotating kernel (sm90_rotating_kernel.cuh), every activation: N math
   // warpgroups with an MxN tile each, the activation computed before the
   // turn-taking store.
@@ -86,9 +91,9 @@ constexpr TileGeometry tile_geometry(KernelConfig config) {
       return {128, 64, 1, 1, 2};
     case KernelConfig::kPingpong64x128K128:
       return {64, 128, 2, 1, 1};
-#ifdef GEMM_ACT_SM90_SWEEP
     case KernelConfig::kCooperative256x128:
       return {256, 128, 1, 2, 1};
+#ifdef GEMM_ACT_SM90_SWEEP
     case KernelConfig::kRotating2x128x128:
       return {128, 128, 1, 1, 2};
     case KernelConfig::kRotating3x128x96:
