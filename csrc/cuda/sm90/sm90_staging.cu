@@ -1,7 +1,7 @@
 // Aligned copies of the operands a TMA kernel cannot read in place, and the
-// copy of its results back (see sm90_staging.h). One-pass padded copies in
-// (sm90_pad_copy.h), ATen's copies out and wherever those do not apply, all
-// on the current stream: the kernel and the copies run in stream order.
+// copy of its results back (see sm90_staging.h). One-pass padded copies
+// (sm90_pad_copy.h) or ATen's, on the current stream: the kernel and the
+// copies run in stream order.
 #include "cuda/sm90/sm90_staging.h"
 
 #include <ATen/core/Tensor.h>
@@ -99,8 +99,12 @@ StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_o
 }
 
 void copy_out(const StagedCase& s) {
-  if (s.y_dest.defined()) s.y_dest.copy_(s.args.y.narrow(1, 0, s.y_dest.size(1)));
-  if (s.z_dest.defined()) s.z_dest.copy_(s.args.z.narrow(1, 0, s.z_dest.size(1)));
+  const auto copy = [](const at::Tensor& staged, const at::Tensor& dest) {
+    const at::Tensor part = staged.narrow(1, 0, dest.size(1));
+    if (!pad_copy(part, dest)) dest.copy_(part);
+  };
+  if (s.y_dest.defined()) copy(s.args.y, s.y_dest);
+  if (s.z_dest.defined()) copy(s.args.z, s.z_dest);
 }
 
 }  // namespace sm90
