@@ -204,7 +204,6 @@ def test_tensor_core_shapes(activation, bias_kind, dtype, b_layout, with_c, m, k
     assert torch.equal(y_only, y)
 
 
-
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("bias_kind", ["column", "row"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -220,6 +219,7 @@ def test_fewer_waves_shape(activation, bias_kind, dtype, device):
     y_ref, z_ref = reference64(a, w.t(), bias, activation=activation, negative_slope=0.1)
     assert_close(z, z_ref, dtype)
     assert_close(y, y_ref, dtype)
+
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,k,n", [("large_odd", 0, 0), (64, 256, 128), (1, 8, 4096), (129, 72, 136)])
