@@ -1,11 +1,11 @@
 """Measures the sm90 kernel's tile configurations against each other and
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Configurations 0, 1, 13 and 22 (and "auto", the heuristic's own choice) exist
-in every build for fp16/bf16 (fp32: 0 only); the others are candidates
-compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 (4: `none` and `gelu`;
-15-17, the rotating kernel: every activation). Forcing a configuration that
-is not compiled for a case is an error, so the sweep skips those cases.
+Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
+exist in every build for fp16/bf16 (fp32: 0 only); the others are candidates
+compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every activation
+(15-17, the rotating kernel). Forcing a configuration that is not compiled
+for a case is an error, so the sweep skips those cases.
 TORCH_GEMM_ACT_SM90_CONFIG, which the
 extension reads on every call, picks the configuration. For each problem
 torch.mm and the configurations take turns, --rounds times, and each keeps
@@ -37,9 +37,6 @@ CONFIGS = {
 }
 # In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
 RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
-# The activations a sweep-only candidate is compiled for (bf16 only), where
-# not every activation.
-CANDIDATE_ACTIVATIONS = {}
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 
@@ -49,7 +46,7 @@ def runs_case(cfg, act, dt):
         return cfg in ("auto", "0")
     if cfg in RELEASE_CONFIGS:
         return True
-    return dt == "bf16" and act in CANDIDATE_ACTIVATIONS.get(cfg, (act,))
+    return dt == "bf16"  # sweep-only candidates: bf16, every activation
 
 # (M, K, N, activation, store Z, dtype)
 CASES = [
