@@ -42,24 +42,35 @@ def _setup_context(ctx, inputs, output):
     saved = y if activation in GRAD_FROM_OUTPUT else (z if store_preact else None)
     # c is kept only for the rare recomputation of Z below (a reference, no copy).
     ctx.save_for_backward(a, b, saved, bias, c if saved is None else None)
+    # An output that received no gradient (Z, unless the user asked for it and
+    # used it) comes to the backward as None instead of a tensor of zeros,
+    # which would cost a fill, a dZ pass and an add as large as Y.
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_y, grad_z):
     a, b, saved, bias, c = ctx.saved_tensors
     need_a, need_b, need_bias, need_c = ctx.needs_input_grad[:4]
-    if saved is None:
-        # The op was called directly with store_preact=False for an activation
-        # whose derivative needs Z (gemm_act() never does this): recompute Z.
-        saved, _ = gemm_act_op(a, b, bias, c, "none", ctx.alpha, ctx.beta, 0.0, False)
     bias_for_grad = bias if need_bias else None
-    grad_pre, grad_bias = activation_backward_op(
-        grad_y, saved, bias_for_grad, ctx.activation, ctx.negative_slope
-    )
-    if ctx.store_preact and grad_z is not None and grad_z.numel() > 0:
+    grad_pre = grad_bias = None
+    if grad_y is not None:
+        if saved is None:
+            # The op was called directly with store_preact=False for an activation
+            # whose derivative needs Z (gemm_act() never does this): recompute Z.
+            saved, _ = gemm_act_op(a, b, bias, c, "none", ctx.alpha, ctx.beta, 0.0, False)
+        grad_pre, grad_bias = activation_backward_op(
+            grad_y, saved, bias_for_grad, ctx.activation, ctx.negative_slope
+        )
+    if grad_z is not None and ctx.store_preact:  # else Z is an empty placeholder
         # Z was returned to the user and used: its gradient adds to dZ (and dbias).
         grad_pre_z, grad_bias_z = activation_backward_op(grad_z, grad_z, bias_for_grad, "none", 0.0)
-        grad_pre = grad_pre + grad_pre_z
-        grad_bias = grad_bias + grad_bias_z if need_bias else grad_bias
+        if grad_pre is None:
+            grad_pre, grad_bias = grad_pre_z, grad_bias_z
+        else:
+            grad_pre = grad_pre + grad_pre_z
+            grad_bias = grad_bias + grad_bias_z if need_bias else grad_bias
+    if grad_pre is None:  # neither output received a gradient
+        return (None,) * 9
 
     n = b.shape[1]
     grad_pre_2d = grad_pre.reshape(-1, n)

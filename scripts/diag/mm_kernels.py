@@ -19,7 +19,9 @@ from torch.profiler import ProfilerActivity, profile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def kernels(fn, runs=5):
+def kernels(fn, runs=5, per_call=False):
+    """ms of each CUDA kernel fn launches: per launch (averaged over its
+    launches), or with per_call summed over its launches in one call of fn."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -29,7 +31,7 @@ def kernels(fn, runs=5):
     out = {}
     for e in prof.key_averages():
         if e.device_type == torch.autograd.DeviceType.CUDA and e.count:
-            out[e.key] = e.device_time_total / e.count / 1e3  # ms per call
+            out[e.key] = e.device_time_total / (runs if per_call else e.count) / 1e3
     return out
 
 
