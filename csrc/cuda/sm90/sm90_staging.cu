@@ -1,6 +1,7 @@
 // Aligned copies of the operands a TMA kernel cannot read in place, and the
-// copy of its results back (see sm90_staging.h). Plain ATen copies on the
-// current stream: the kernel and the copies run in stream order.
+// copy of its results back (see sm90_staging.h). One-pass copies of our own
+// (sm90_pad_copy.h), ATen's where those do not apply, all on the current
+// stream: the kernel and the copies run in stream order.
 #include "cuda/sm90/sm90_staging.h"
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "cuda/sm90/sm90_pad_copy.h"
 #include "cuda/sm90/sm90_tma_rules.h"
 
 namespace gemm_act {
@@ -20,9 +22,11 @@ namespace {
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // A [rows, cols] buffer holding `src` in its top-left corner and zeros
-// elsewhere; only the padding is written besides the copy.
+// elsewhere, in one pass (sm90_pad_copy.h); ATen's copies where that does
+// not take `src` (a column stride other than 1).
 at::Tensor padded_copy(const at::Tensor& src, int64_t rows, int64_t cols) {
   at::Tensor dst = at::empty({rows, cols}, src.options().memory_format(at::MemoryFormat::Contiguous));
+  if (pad_copy(src, dst)) return dst;
   const int64_t r = src.size(0), c = src.size(1);
   dst.narrow(0, 0, r).narrow(1, 0, c).copy_(src);
   if (cols > c) dst.narrow(0, 0, r).narrow(1, c, cols - c).zero_();
@@ -95,8 +99,12 @@ StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_o
 }
 
 void copy_out(const StagedCase& s) {
-  if (s.y_dest.defined()) s.y_dest.copy_(s.args.y.narrow(1, 0, s.y_dest.size(1)));
-  if (s.z_dest.defined()) s.z_dest.copy_(s.args.z.narrow(1, 0, s.z_dest.size(1)));
+  const auto copy = [](const at::Tensor& staged, const at::Tensor& dest) {
+    const at::Tensor part = staged.narrow(1, 0, dest.size(1));
+    if (!pad_copy(part, dest)) dest.copy_(part);
+  };
+  if (s.y_dest.defined()) copy(s.args.y, s.y_dest);
+  if (s.z_dest.defined()) copy(s.args.z, s.z_dest);
 }
 
 }  // namespace sm90
