@@ -16,9 +16,9 @@
 
 #include "activations.h"
 #include "backends.h"
+#include "ops.h"
 
 namespace gemm_act {
-namespace {
 
 Activation parse_activation(std::string_view name) {
   std::string known;
@@ -30,6 +30,8 @@ Activation parse_activation(std::string_view name) {
   }
   TORCH_CHECK_VALUE(false, "gemm_act: unknown activation '", name, "'; expected one of: ", known);
 }
+
+namespace {
 
 void check_negative_slope(Activation act, double negative_slope) {
   // Y-based backward for leaky_relu needs sign(y) == sign(z), i.e. slope >= 0.

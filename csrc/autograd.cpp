@@ -1,0 +1,169 @@
+// The backward of gemm_act (DESIGN.md, "Backward"), registered for the
+// Autograd dispatch key: in C++, so that a call with inputs that require
+// grad costs about what an ATen op costs. (The same logic written in Python
+// through torch.library.register_autograd added about 70 us of host time to
+// every forward and more to every backward.)
+//
+// Everything here calls operators through the dispatcher (ours and ATen's),
+// so torch.compile traces the backward as it traces ATen's, and sizes are
+// symbolic where they may be.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "activations.h"
+#include "ops.h"
+
+namespace gemm_act {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
+using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
+
+std::tuple<at::Tensor, at::Tensor> call_gemm_act(const at::Tensor& a, const at::Tensor& b,
+                                                 const std::optional<at::Tensor>& bias,
+                                                 const std::optional<at::Tensor>& c,
+                                                 c10::string_view activation, double alpha, double beta,
+                                                 double negative_slope, bool store_preact) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gemm_act::gemm_act", "")
+                             .typed<GemmActSignature>();
+  return op.call(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
+}
+
+std::tuple<at::Tensor, at::Tensor> call_activation_backward(const at::Tensor& grad_y,
+                                                            const at::Tensor& saved,
+                                                            const std::optional<at::Tensor>& bias,
+                                                            c10::string_view activation,
+                                                            double negative_slope) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gemm_act::activation_backward", "")
+                             .typed<ActivationBackwardSignature>();
+  return op.call(grad_y, saved, bias, activation, negative_slope);
+}
+
+std::optional<at::Tensor> if_defined(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
+// One forward argument per schema argument, in schema order; backward
+// returns a gradient (or an undefined tensor) for each.
+struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                               const std::optional<at::Tensor>& bias,
+                               const std::optional<at::Tensor>& c, c10::string_view activation,
+                               double alpha, double beta, double negative_slope, bool store_preact) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [y, z] = call_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
+    // The call above has validated every argument, the activation's name included.
+    const bool from_output = grad_from_output(parse_activation(activation));
+    const at::Tensor saved = from_output ? y : (store_preact ? z : at::Tensor());
+    // c is kept only for the rare recomputation of Z in backward (a reference, no copy).
+    ctx->save_for_backward({a, b, saved, bias.value_or(at::Tensor()),
+                            saved.defined() ? at::Tensor() : c.value_or(at::Tensor())});
+    ctx->saved_data["activation"] = std::string(activation);
+    ctx->saved_data["alpha"] = alpha;
+    ctx->saved_data["beta"] = beta;
+    ctx->saved_data["negative_slope"] = negative_slope;
+    ctx->saved_data["store_preact"] = store_preact;
+    // Which of the tensor arguments are present: the context numbers its
+    // input gradients over those only.
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["has_c"] = c.has_value() && c->defined();
+    if (!store_preact) ctx->mark_non_differentiable({z});  // an empty placeholder
+    // An output that received no gradient (Z, unless the user asked for it
+    // and used it) arrives undefined instead of as zeros, which would cost a
+    // fill, a dZ pass and an add as large as Y.
+    ctx->set_materialize_grads(false);
+    return {y, z};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved_vars = ctx->get_saved_variables();
+    const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
+    at::Tensor saved = saved_vars[2];
+    const std::string activation = ctx->saved_data["activation"].toStringRef();
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    const double beta = ctx->saved_data["beta"].toDouble();
+    const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
+    const bool store_preact = ctx->saved_data["store_preact"].toBool();
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const bool has_c = ctx->saved_data["has_c"].toBool();
+    const size_t bias_edge = 2, c_edge = has_bias ? 3 : 2;
+    const bool need_a = ctx->needs_input_grad(0), need_b = ctx->needs_input_grad(1);
+    const bool need_bias = has_bias && ctx->needs_input_grad(bias_edge);
+    const bool need_c = has_c && ctx->needs_input_grad(c_edge);
+
+    const at::Tensor& grad_y = grads[0];
+    const at::Tensor& grad_z = grads[1];
+    const std::optional<at::Tensor> bias_for_grad = need_bias ? if_defined(bias) : std::nullopt;
+    at::Tensor grad_pre, grad_bias;
+    if (grad_y.defined()) {
+      if (!saved.defined()) {
+        // The op was called directly with store_preact=False for an activation
+        // whose derivative needs Z (gemm_act() never does this): recompute Z.
+        saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), "none", alpha, beta,
+                                          0.0, false));
+      }
+      std::tie(grad_pre, grad_bias) =
+          call_activation_backward(grad_y, saved, bias_for_grad, activation, negative_slope);
+    }
+    if (grad_z.defined() && store_preact) {
+      // Z was returned to the user and used: its gradient adds to dZ (and dbias).
+      auto [grad_pre_z, grad_bias_z] = call_activation_backward(grad_z, grad_z, bias_for_grad, "none", 0.0);
+      if (!grad_pre.defined()) {
+        grad_pre = grad_pre_z;
+        grad_bias = grad_bias_z;
+      } else {
+        grad_pre = grad_pre + grad_pre_z;
+        if (need_bias) grad_bias = grad_bias + grad_bias_z;
+      }
+    }
+
+    variable_list out(9);  // one per forward argument; undefined: no gradient
+    if (!grad_pre.defined()) return out;  // neither output received a gradient
+    c10::SymInt rows = 1;  // M: a's leading dimensions flattened (no -1: K or N may be 0)
+    for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
+    const at::Tensor grad_pre_2d = grad_pre.reshape_symint({rows, b.sym_size(1)});
+    if (need_a) {
+      out[0] = grad_pre_2d.mm(b.t()).reshape_symint(a.sym_sizes());
+      if (alpha != 1.0) out[0] = out[0] * alpha;
+    }
+    if (need_b) {
+      out[1] = a.reshape_symint({rows, b.sym_size(0)}).t().mm(grad_pre_2d);
+      if (alpha != 1.0) out[1] = out[1] * alpha;
+    }
+    if (need_bias) out[2] = grad_bias;
+    if (need_c) out[3] = grad_pre * beta;
+    return out;
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> gemm_act_autograd(const at::Tensor& a, const at::Tensor& b,
+                                                     const std::optional<at::Tensor>& bias,
+                                                     const std::optional<at::Tensor>& c,
+                                                     c10::string_view activation, double alpha,
+                                                     double beta, double negative_slope,
+                                                     bool store_preact) {
+  const variable_list out =
+      GemmActFunction::apply(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+}  // namespace gemm_act
+
+TORCH_LIBRARY_IMPL(gemm_act, Autograd, m) {
+  m.impl("gemm_act", &gemm_act::gemm_act_autograd);
+}
