@@ -1,7 +1,6 @@
 // See sm90_pad_copy.h.
 #include "cuda/sm90/sm90_pad_copy.h"
 
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -82,9 +81,13 @@ bool launch(const at::Tensor& src, const at::Tensor& dst) {
   const int64_t chunks_per_row = dst.size(1) / kVec + 2;
   const int64_t total = dst.size(0) * chunks_per_row;
   if (total > std::numeric_limits<int32_t>::max()) return false;  // i + stride stays below 2^32
-  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-  const int64_t resident =
-      int64_t(prop->multiProcessorCount) * (prop->maxThreadsPerMultiProcessor / kThreads);
+  // Attributes, not at::cuda::getCurrentDeviceProperties(): that header
+  // needs the cuSPARSE and cuBLAS headers, which a CUDA toolkit may lack.
+  int device = 0, sms = 0, threads_per_sm = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  const int64_t resident = int64_t(sms) * (threads_per_sm / kThreads);
   const int64_t blocks = std::min((total + kThreads - 1) / kThreads, resident);
   pad_copy_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       static_cast<const T*>(src.data_ptr()), src.stride(0), src.size(0), src.size(1),
