@@ -120,6 +120,31 @@ def test_backward_does_no_work_for_unused_preact(activation, device):
     assert not [n for n in ops.names if n.startswith(("zeros", "fill", "add"))], ops.names
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k, n", [(37, 29), (37, 32), (40, 29)])
+def test_gradients_with_rows_not_16_byte_aligned(k, n, dtype, device):
+    # On CUDA the backward pads K and N for cuBLAS where rows are not 16-byte
+    # aligned (csrc/autograd.cpp) and slices the results back.
+    a = torch.randn(3, 7, k, dtype=torch.float64)
+    b = torch.randn(k, n, dtype=torch.float64) * k ** -0.5
+    bias = torch.randn(n, dtype=torch.float64)
+    c = torch.randn(3, 7, n, dtype=torch.float64)
+    grad_y = torch.randn(3, 7, n, dtype=torch.float64)
+    ins = [t.to(dtype).to(device).requires_grad_() for t in (a, b, bias, c)]
+    y = tga.gemm_act(*ins, activation="gelu", alpha=0.5, beta=1.5)
+    grads = torch.autograd.grad(y, ins, grad_y.to(dtype).to(device))
+    ref_ins = [t.detach().double().cpu().requires_grad_() for t in ins]
+    a64, b64, bias64, c64 = ref_ins
+    y64 = torch.nn.functional.gelu(0.5 * (a64 @ b64) + 1.5 * c64 + bias64)
+    ref = torch.autograd.grad(y64, ref_ins, grad_y)
+    for ours, theirs in zip(grads, ref):
+        assert ours.shape == theirs.shape and ours.dtype == dtype
+        if dtype == torch.bfloat16:  # sums over up to 21 rows of bf16 products
+            torch.testing.assert_close(ours.double().cpu(), theirs, rtol=5e-2, atol=5e-2)
+        else:
+            assert_close(ours, theirs, dtype)
+
+
 def test_only_needed_gradients(device):
     a = torch.randn(5, 6, device=device)
     w = torch.randn(4, 6, device=device, requires_grad=True)
