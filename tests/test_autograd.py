@@ -145,6 +145,17 @@ def test_gradients_with_rows_not_16_byte_aligned(k, n, dtype, device):
             assert_close(ours, theirs, dtype)
 
 
+def test_double_backward_raises(device):
+    x = torch.randn(4, 6, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(3, 6, dtype=torch.float64, device=device, requires_grad=True)
+    y = tga.linear_act(x, w, None, "gelu")
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    (gx_ref,) = torch.autograd.grad(torch.nn.functional.gelu(x @ w.t()).sum(), x)
+    assert_close(gx, gx_ref, torch.float64)  # the first-order gradient is still right
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(gx.sum(), w)
+
+
 def test_only_needed_gradients(device):
     a = torch.randn(5, 6, device=device)
     w = torch.randn(4, 6, device=device, requires_grad=True)
