@@ -10,7 +10,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/library.h>
 
@@ -79,23 +78,16 @@ at::Tensor pad_to(const at::Tensor& t, const c10::SymInt& rows_to, const c10::Sy
 
 // The backward is not itself differentiable (activation_backward has no
 // derivative, and act'' is not written anywhere). Under create_graph=True
-// its gradients get, as torch.autograd.function.once_differentiable does, a
-// node that raises if anything backpropagates through them, instead of a
-// graph that would silently leave out act''(Z). Its edges lead to what the
-// gradients depend on (`sources`), so that asking for the gradient of a
-// gradient reaches it and raises.
-variable_list once_differentiable(variable_list grads, const variable_list& sources) {
-  if (!torch::autograd::any_variable_requires_grad(sources)) return grads;
-  auto error = c10::make_intrusive<torch::autograd::Error>(
-      "gemm_act: its backward is not differentiable; double backward (the gradient of a "
-      "gradient taken with create_graph=True) is not supported",
-      torch::autograd::collect_next_edges(sources));
-  for (at::Tensor& g : grads) {
-    if (!g.defined()) continue;
-    g = g.detach();
-    torch::autograd::create_gradient_edge(g, error);
-  }
-  return grads;
+// its gradients pass, as with torch.autograd.function.once_differentiable,
+// through a node that raises if anything backpropagates through them,
+// instead of reaching a graph that would silently leave out act''(Z).
+variable_list once_differentiable(variable_list grads) {
+  const auto count = static_cast<int64_t>(grads.size());
+  return torch::autograd::DelayedError(
+             "gemm_act: its backward is not differentiable; double backward (the gradient of a "
+             "gradient taken with create_graph=True) is not supported",
+             count)
+      .apply(std::move(grads));
 }
 
 std::optional<at::Tensor> if_defined(const at::Tensor& t) {
@@ -135,8 +127,6 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const bool create_graph = at::GradMode::is_enabled();
-    at::NoGradGuard no_graph;  // see once_differentiable
     const variable_list saved_vars = ctx->get_saved_variables();
     const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
     at::Tensor saved = saved_vars[2];
@@ -197,8 +187,8 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     }
     if (need_bias) out[2] = grad_bias;
     if (need_c) out[3] = grad_pre * beta;
-    if (!create_graph) return out;
-    return once_differentiable(std::move(out), {a, b, bias, c, grad_y, grad_z, saved});
+    // Grad mode is on here only under create_graph=True.
+    return at::GradMode::is_enabled() ? once_differentiable(std::move(out)) : out;
   }
 };
 
