@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "activations.h"
+#include "gemm_act.h"
 #include "ops.h"
 
 namespace gemm_act {
@@ -56,15 +57,24 @@ std::tuple<at::Tensor, at::Tensor> call_activation_backward(const at::Tensor& gr
 
 // cuBLAS runs a GEMM whose rows are not 16-byte aligned (in bf16: K or N
 // not a multiple of 8) on a much slower kernel: about 2 ms against 0.55
-// for the unaligned benchmark shape's dA or dW on an H100. There the backward's
-// two GEMMs run on copies whose K and N are padded with zeros to 16 bytes
-// (the zeros add nothing to any sum) and their results are sliced back.
-// `size` rounded up so, where it matters (CUDA; float64 is left alone).
-c10::SymInt padded(const at::Tensor& like, const c10::SymInt& size) {
-  if (!like.is_cuda() || like.element_size() > 4) return size;
+// for the unaligned benchmark shape's dA or dW on an H100. There the
+// backward's two GEMMs run on copies whose K and N are padded with zeros to
+// 16 bytes (the zeros add nothing to any sum) and their results are sliced
+// back: on CUDA, for element types up to 4 bytes (float64 is left alone),
+// and for problems large enough (gemm_act.h) that the copies pay.
+bool pad_for_cublas(const at::Tensor& like, const c10::SymInt& m, const c10::SymInt& n,
+                    const c10::SymInt& k) {
+  if (!like.is_cuda() || like.element_size() > 4) return false;
+  // On symbolic sizes each comparison is a guard. Divided, not multiplied:
+  // M*N*K can overflow int64.
+  return k > 0 && m * n >= c10::SymInt(kMinMultiplyAddsToAlign) / k;
+}
+
+// `size` rounded up to a whole number of 16-byte rows of `like`'s elements.
+c10::SymInt round_up_to_16_bytes(const at::Tensor& like, const c10::SymInt& size) {
   const int64_t align = 16 / like.element_size();
   const c10::SymInt rest = size % align;
-  if (rest == 0) return size;  // on symbolic sizes: a guard
+  if (rest == 0) return size;
   return size + (align - rest);
 }
 
@@ -173,7 +183,9 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     c10::SymInt rows = 1;  // M: a's leading dimensions flattened (no -1: K or N may be 0)
     for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
     const c10::SymInt k = b.sym_size(0), n = b.sym_size(1);
-    const c10::SymInt k_run = padded(grad_pre, k), n_run = padded(grad_pre, n);
+    const bool pad = pad_for_cublas(grad_pre, rows, n, k);
+    const c10::SymInt k_run = pad ? round_up_to_16_bytes(grad_pre, k) : k;
+    const c10::SymInt n_run = pad ? round_up_to_16_bytes(grad_pre, n) : n;
     const at::Tensor grad_pre_2d = pad_to(grad_pre.reshape_symint({rows, n}), rows, n_run);
     if (need_a) {
       const at::Tensor grad_a = grad_pre_2d.mm(pad_to(b, k_run, n_run).t());  // [M, k_run]

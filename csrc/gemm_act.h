@@ -9,6 +9,12 @@
 
 namespace gemm_act {
 
+// Below this many multiply-adds (2^26, about 400^3) a GEMM whose operands
+// are not 16-byte aligned runs as it is: copying them into aligned buffers
+// (the sm90 forward's staging, the backward's padding for cuBLAS) costs
+// extra launches, a large share of so small a problem's time.
+constexpr int64_t kMinMultiplyAddsToAlign = int64_t{1} << 26;
+
 enum class Activation : int {
   None = 0,
   ReLU,

@@ -37,11 +37,8 @@ at::Tensor padded_copy(const at::Tensor& src, int64_t rows, int64_t cols) {
 }  // namespace
 
 bool worth_staging(const GemmActParams& p) {
-  // 2^26 multiply-adds: about 400^3. Below it the three to six extra
-  // launches are a large share of the time. (Divided, not multiplied: M*N*K
-  // can overflow int64.)
-  constexpr int64_t kMinMacs = int64_t(1) << 26;
-  return p.k > 0 && p.m * p.n >= kMinMacs / p.k;
+  // Divided, not multiplied: M*N*K can overflow int64.
+  return p.k > 0 && p.m * p.n >= kMinMultiplyAddsToAlign / p.k;
 }
 
 StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_ok) {
