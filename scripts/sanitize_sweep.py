@@ -49,6 +49,12 @@ def main():
     base = torch.randn(70, 71, device=dev)
     y = tga.gemm_act(base[1:, 1:40], base[3:42, 2:69], None, activation="relu")
     count += 1
+    # Exact fp32 large enough for the SIMT kernel's 256 x 128 tiles, ragged.
+    a = torch.randn(2053, 70, device=dev)
+    w = torch.randn(2100, 70, device=dev)
+    tga.gemm_act(a, w.t(), torch.randn(2100, device=dev), torch.randn(2053, 2100, device=dev),
+                 activation="gelu", beta=0.5, return_preact=True)
+    count += 1
     # fp32 with TF32 allowed (the sm90 TF32 kernel), and misaligned cases
     # above the staging threshold (aligned copies, then the sm90 kernel).
     torch.backends.cuda.matmul.allow_tf32 = True

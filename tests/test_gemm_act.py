@@ -301,6 +301,22 @@ def test_float32_with_tf32_allowed(activation, b_layout, m, k, n, tf32_allowed, 
         torch.testing.assert_close(out.double().cpu(), ref, rtol=TF32_TOL[0], atol=TF32_TOL[1])
 
 
+@pytest.mark.parametrize("b_layout", ["weight_t", "row_major"])
+def test_float32_exact_large_tiles(b_layout, device):
+    """Exact fp32 with a 256 x 128 tile for every SM (on GPUs of up to 153
+    SMs): the SIMT kernel's large tiles, ragged along M, N and K."""
+    assert not torch.backends.cuda.matmul.allow_tf32
+    m, k, n = 2053, 70, 2100
+    a, w = random_operands(m, k, n, torch.float32, device)
+    b = w.t() if b_layout == "weight_t" else w.t().contiguous()
+    bias = make_bias("column", (m, n), torch.float32, device)
+    c = torch.randn(m, n, device=device)
+    y, z = tga.gemm_act(a, b, bias, c, activation="gelu", alpha=0.5, beta=2.0, return_preact=True)
+    y_ref, z_ref = reference64(a, b, bias, c, "gelu", 0.5, 2.0)
+    assert_close(z, z_ref, torch.float32)
+    assert_close(y, y_ref, torch.float32)
+
+
 def test_float32_is_exact_when_tf32_is_not_allowed(device):
     """The default: fp32 GEMMs that the TF32 kernel could take stay exact."""
     assert not torch.backends.cuda.matmul.allow_tf32

@@ -115,11 +115,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using Compute = typename Cfg::Compute;
   using LoaderA = OperandTileLoader<Cfg, Cfg::BM>;
   using LoaderB = OperandTileLoader<Cfg, Cfg::BN>;
-  constexpr int kSmemA = Cfg::BK * Cfg::kSmemLdA;  // one buffer, elements
-  constexpr int kSmemB = Cfg::BK * Cfg::kSmemLdB;
+  constexpr int kSmemA = Cfg::kSmemElemsA;  // one buffer, elements
+  constexpr int kSmemB = Cfg::kSmemElemsB;
 
-  __shared__ alignas(16) Compute smem_a[2 * kSmemA];
-  __shared__ alignas(16) Compute smem_b[2 * kSmemB];
+  // Dynamic: the larger tiles need more than the 48 KiB a static array may take.
+  extern __shared__ uint4 smem_raw[];
+  Compute* const smem_a = reinterpret_cast<Compute*>(smem_raw);
+  Compute* const smem_b = smem_a + 2 * kSmemA;
 
   const int tid = threadIdx.x;
   const TileCoord tile = grouped_tile_coord<Cfg::kRasterGroupM>(blockIdx.x, params.tiles_m, params.tiles_n);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "activations.h"
 #include "cuda/epilogue/bias_act_epilogue.cuh"
@@ -23,14 +24,21 @@ namespace simt {
 
 template <class Cfg, Activation kAct, BiasKind kBias>
 void launch_simt_kernel(const SimtGemmActParams<typename Cfg::Element>& kp, cudaStream_t stream) {
+  const auto kernel = simt_gemm_act_kernel<Cfg, kAct, kBias>;
+  // Beyond 48 KiB of shared memory a kernel must opt in, per device; only
+  // large problems take such tiles, so one call per launch costs nothing.
+  if constexpr (Cfg::kSmemBytes > (48 << 10)) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        Cfg::kSmemBytes));
+  }
   const dim3 grid(static_cast<unsigned>(kp.tiles_m) * static_cast<unsigned>(kp.tiles_n));
-  simt_gemm_act_kernel<Cfg, kAct, kBias><<<grid, Cfg::kThreads, 0, stream>>>(kp);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(kp);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <class Element>
-void launch_simt_gemm_act(const GemmActParams& p, cudaStream_t stream) {
-  using Cfg = SimtConfig<Element>;
+template <class Cfg>
+void launch_simt_config(const GemmActParams& p, cudaStream_t stream) {
+  using Element = typename Cfg::Element;
   // ops.cpp caps M, N and K at 2^31 - 1; the kernel's int row/k counters rely on it.
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   TORCH_INTERNAL_ASSERT(p.m > 0 && p.n > 0 && p.k >= 0 && p.m <= kInt32Max && p.n <= kInt32Max && p.k <= kInt32Max);
@@ -59,6 +67,21 @@ void launch_simt_gemm_act(const GemmActParams& p, cudaStream_t stream) {
 
   GEMM_ACT_DISPATCH_ACTIVATION(p.activation,
       GEMM_ACT_DISPATCH_BIAS(p.bias_kind, launch_simt_kernel<Cfg, kAct, kBias>(kp, stream)));
+}
+
+// SimtLargeConfig where the storage type has one and the problem gives every
+// SM at least one of its blocks; SimtConfig otherwise.
+template <class Element>
+void launch_simt_gemm_act(const GemmActParams& p, cudaStream_t stream) {
+  using Large = typename SimtLargeConfig<Element>::type;
+  if constexpr (!std::is_void_v<Large>) {
+    int device = 0, sms = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t large_tiles = ((p.m + Large::BM - 1) / Large::BM) * ((p.n + Large::BN - 1) / Large::BN);
+    if (large_tiles >= sms) return launch_simt_config<Large>(p, stream);
+  }
+  launch_simt_config<SimtConfig<Element>>(p, stream);
 }
 
 }  // namespace simt
