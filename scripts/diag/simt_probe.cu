@@ -130,13 +130,12 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(ref.data(), y, ref.size() * 4, cudaMemcpyDeviceToHost));
     std::printf("%dx%dx%d, B %s  cuBLAS sgemm %.3f ms  %.1f TFLOP/s\n", m, k, n,
                 w_is_kn ? "[K, N]" : "[N, K]", ref_ms, 2.0 * m * n * k / ref_ms * 1e-9);
-    run<SimtTileConfig<float, 128, 128, 8, 8, 8, 2>>("128x128x8 8x8 /2", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtConfig<float>>("SimtConfig", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtLargeConfig<float>::type>("SimtLargeConfig", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
+    run<SimtTileConfig<float, 128, 128, 8, 8, 8, 2>>("128x128x8 8x8 /2", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtTileConfig<float, 128, 256, 16, 8, 16, 1>>("128x256x16 8x16 /1", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtTileConfig<float, 256, 128, 8, 16, 8, 1>>("256x128x8 16x8 /1", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtTileConfig<float, 256, 128, 16, 8, 8, 1>>("256x128x16 8x8 (512 thr) /1", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
-    run<SimtTileConfig<float, 256, 64, 16, 16, 4, 2>>("256x64x16 16x4 /2", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     std::printf("cuBLAS again %.3f ms\n", median_ms(sgemm));
   }
   return 0;
