@@ -1,7 +1,7 @@
 """Measures the sm90 kernel's tile configurations against each other and
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Configurations 0, 1, 4, 13, 22 and 24 (and "auto", the heuristic's own choice)
+Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
 exist in every build for fp16/bf16 (fp32: 0 only); the others are candidates
 compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every activation
 (15-17, the rotating kernel). Forcing a configuration that is not compiled
@@ -31,13 +31,12 @@ CONFIGS = {
     "13": "pp128x64",
     "22": "pp64x128/k128/c1x1",
     "4": "coop256x128/c2x1",
-    "24": "pp128x128/store4",
     "15": "rot2x128x128",
     "16": "rot3x128x96",
     "17": "rot3x64x192",
 }
 # In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
-RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22", "24")
+RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 

@@ -306,11 +306,8 @@ using SwizzleRow = Int<128 * 8 / cutlass::sizeof_bits<Element>::value>;
 
 // The CuTe shapes of configuration kConfig's tile (M x N x K) and cluster,
 // from the one table of them (tile_geometry, sm90_launch.h).
-// kStoreStages: shared-memory buffers of the epilogue's Y and Z subtiles;
-// 0 takes the builder's (2 where a tile has 2 or more subtiles).
-template <class Element, KernelConfig kConfig, int kStoreStages_ = 0>
+template <class Element, KernelConfig kConfig>
 struct ConfigShapes {
-  static constexpr int kStoreStages = kStoreStages_;
   static constexpr TileGeometry kGeometry = tile_geometry(kConfig);
   using TileShape = Shape<Int<kGeometry.tile_m>, Int<kGeometry.tile_n>,
                           Int<kGeometry.k_swizzle_rows * SwizzleRow<Element>::value>>;
@@ -349,9 +346,8 @@ struct ConfigCooperative : ConfigShapes<Element, kConfig> {
 // ping-pong epilogue takes. The small tiles for small M (sm90_launch.h)
 // take 64x32 subtiles (the epilogue is a small part of those launches) and
 // get 8 pipeline stages, 4 with K = 128 per stage.
-template <class Element, KernelConfig kConfig, class EpiTile = Shape<_64, _32>,
-          int kStoreStages = 0>
-struct ConfigPingpong : ConfigShapes<Element, kConfig, kStoreStages> {
+template <class Element, KernelConfig kConfig, class EpiTile = Shape<_64, _32>>
+struct ConfigPingpong : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = 0;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
@@ -362,30 +358,6 @@ struct ConfigPingpong : ConfigShapes<Element, kConfig, kStoreStages> {
 template <class Element>
 using ConfigPingpong128x128 =
     ConfigPingpong<Element, KernelConfig::kPingpong128x128, Shape<_64, SwizzleRow<Element>>>;
-template <class Element>
-using ConfigPingpong128x128Store4 = ConfigPingpong<Element, KernelConfig::kPingpong128x128Store4,
-                                                   Shape<_64, SwizzleRow<Element>>, 4>;
-
-// The builder's collective epilogue with kStages store stages (its dispatch
-// policy's StagesD) where kStages > 0; the builder picks StagesD from the
-// subtile count alone.
-template <class Op, int kStages>
-struct WithStoreStages {
-  using type = Op;
-};
-template <int kStagesC, int kStagesD, int kFragment, bool kReuseSmemC, bool kDelayTmaStore,
-          int kStages, class... Rest>
-struct WithStoreStages<
-    cutlass::epilogue::collective::CollectiveEpilogue<
-        cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, kStagesD, kFragment, kReuseSmemC,
-                                                  kDelayTmaStore>,
-        Rest...>,
-    kStages> {
-  using type = cutlass::epilogue::collective::CollectiveEpilogue<
-      cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, (kStages > 0 ? kStages : kStagesD),
-                                                kFragment, kReuseSmemC, kDelayTmaStore>,
-      Rest...>;
-};
 
 // The rotating kernel (sm90_rotating_kernel.cuh): kWarpgroups math
 // warpgroups, one tile each; the epilogue's visitor tree only unpacks and
@@ -452,12 +424,9 @@ struct GemmActKernel {
                                             Stride<_1, _0, int64_t>, /*Alignment=*/1>;  // bias[m]
   using Preact = fusion::Sm90EVT<fusion::Sm90Compute<PreactFn, ElementCompute, ElementCompute, kRound>,
                                  fusion::Sm90AccFetch, SourceC, RowBcast, ColBcast>;
-  // Z's buffers take turns with Y's (one TMA store group per subtile).
-  static constexpr int kStoreStages =
-      Config::kStoreStages > 0 ? Config::kStoreStages : AuxDesc::Stages;
   template <class Input>
   using StoreZ = fusion::Sm90EVT<
-      ZStore<kStoreStages, EpilogueTile, Element, kRound, typename AuxDesc::Stride,
+      ZStore<AuxDesc::Stages, EpilogueTile, Element, kRound, typename AuxDesc::Stride,
              typename AuxDesc::SmemLayoutAtom, typename AuxDesc::CopyOpR2S, kAlignment>,
       Input>;
   using FullCallbacks = fusion::Sm90EVT<
@@ -477,14 +446,12 @@ struct GemmActKernel {
 
   using Callbacks = cute::conditional_t<kRotatingWarpgroups == 0, FullCallbacks, UnpackCallbacks>;
 
-  using CollectiveEpilogue = typename WithStoreStages<
-      typename cutlass::epilogue::collective::CollectiveBuilder<
-          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-          EpilogueTile, ElementAccumulator, ElementCompute,
-          void, LayoutD, kAlignment,     // no TMA source: C comes through SourceC
-          Element, LayoutD, kAlignment,  // D = Y
-          EpilogueSchedule, Callbacks>::CollectiveOp,
-      Config::kStoreStages>::type;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
+      ElementAccumulator, ElementCompute,
+      void, LayoutD, kAlignment,     // no TMA source: C comes through SourceC
+      Element, LayoutD, kAlignment,  // D = Y
+      EpilogueSchedule, Callbacks>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -650,7 +617,7 @@ LaunchResult launch_rotating(const LaunchArgs& la);
 #endif
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
-// six configurations; row-major B and fp32 only the 128x256 cooperative
+// five configurations; row-major B and fp32 only the 128x256 cooperative
 // one, which keeps the build shorter (each configuration adds about a
 // minute of compile time per file) for cases that are rarer and for which
 // the others' gains (3-5%) are small.
@@ -664,9 +631,6 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
     switch (la.config) {
       case KernelConfig::kPingpong128x128:
         return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
-      case KernelConfig::kPingpong128x128Store4:
-        return detail::run_kernel<detail::ConfigPingpong128x128Store4<Element>, kDtype, kB, kAct>(
-            la);
       case KernelConfig::kPingpong128x64:
         return detail::run_kernel<ConfigPingpong<Element, KernelConfig::kPingpong128x64>, kDtype,
                                   kB, kAct>(la);

@@ -59,11 +59,6 @@ enum class KernelConfig : int {
   // N is a little above a multiple of 256 (8191x4095x4097: 8 waves instead
   // of 9). Compiled where ping-pong is.
   kCooperative256x128 = 4,
-  // The 128x128 ping-pong kernel with 4 epilogue store stages instead of 2
-  // (its Y and Z subtiles in shared memory wait for the TMA store of the
-  // subtile before last to have read its buffer), one pipeline stage fewer
-  // (5). Compiled where ping-pong is.
-  kPingpong128x128Store4 = 24,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 5-12, 14,
@@ -91,7 +86,6 @@ struct TileGeometry {
 constexpr TileGeometry tile_geometry(KernelConfig config) {
   switch (config) {
     case KernelConfig::kPingpong128x128:
-    case KernelConfig::kPingpong128x128Store4:
       return {128, 128, 1, 1, 2};
     case KernelConfig::kPingpong128x64:
       return {128, 64, 1, 1, 2};
