@@ -2,7 +2,7 @@
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
 Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
-exist in every build for fp16/bf16 (fp32: 0 only); the others are candidates
+exist in every build for fp16/bf16 (fp32: 0 and 1); the others are candidates
 compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every activation
 (15-17, the rotating kernel). Forcing a configuration that is not compiled
 for a case is an error, so the sweep skips those cases.
@@ -35,7 +35,7 @@ CONFIGS = {
     "16": "rot3x128x96",
     "17": "rot3x64x192",
 }
-# In every build, for fp16/bf16 (fp32 has the cooperative kernel only).
+# In every build, for fp16/bf16 (fp32: the cooperative kernel and the 128x128 ping-pong).
 RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
@@ -43,7 +43,7 @@ ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 def runs_case(cfg, act, dt):
     """Whether configuration `cfg` exists for the case."""
     if dt == "tf32":
-        return cfg in ("auto", "0")
+        return cfg in ("auto", "0", "1")
     if cfg in RELEASE_CONFIGS:
         return True
     return dt == "bf16"  # sweep-only candidates: bf16, every activation
@@ -63,6 +63,7 @@ CASES = [
     (16384, 1024, 4096, "gelu_tanh", False, "bf16"), (16384, 1024, 4096, "gelu_tanh", True, "bf16"),
     (4096, 4096, 4096, "gelu_tanh", True, "bf16"), (16384, 1024, 4096, "tanh", False, "bf16"),
     (4096, 4096, 4096, "gelu", False, "tf32"), (4096, 4096, 4096, "gelu", True, "tf32"),
+    (16384, 1024, 4096, "gelu", True, "tf32"), (8192, 4096, 16384, "gelu", True, "tf32"),
     (8191, 4095, 4097, "gelu", False, "bf16"), (8191, 4095, 4097, "gelu", True, "bf16"),
 ]
 

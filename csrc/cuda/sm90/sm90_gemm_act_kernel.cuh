@@ -617,8 +617,8 @@ LaunchResult launch_rotating(const LaunchArgs& la);
 #endif
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
-// five configurations; row-major B and fp32 only the 128x256 cooperative
-// one, which keeps the build shorter (each configuration adds about a
+// five configurations, fp32 (TF32) the cooperative and the 128x128
+// ping-pong ones; row-major B only the 128x256 cooperative one, which keeps the build shorter (each configuration adds about a
 // minute of compile time per file) for cases that are rarer and for which
 // the others' gains (3-5%) are small.
 template <Dtype kDtype, BLayout kB, Activation kAct>
@@ -648,6 +648,11 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
       if (is_rotating(la.config)) return launch_rotating<kDtype, kB, kAct>(la);
     }
 #endif
+  }
+  if constexpr (kDtype == Dtype::F32) {
+    if (la.config == KernelConfig::kPingpong128x128) {
+      return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
+    }
   }
   if (la.config != KernelConfig::kCooperative128x256) {
     return {LaunchStatus::kUnknownConfig, cudaSuccess, "configuration not compiled for this case"};
