@@ -55,11 +55,12 @@ def main():
     tga.gemm_act(a, w.t(), torch.randn(2100, device=dev), torch.randn(2053, 2100, device=dev),
                  activation="gelu", beta=0.5, return_preact=True)
     count += 1
-    # fp32 with TF32 allowed (the sm90 TF32 kernel), and misaligned cases
+    # fp32 with TF32 allowed (the sm90 TF32 kernels: ping-pong for K <= 1024,
+    # cooperative beyond), and misaligned cases
     # above the staging threshold (aligned copies, then the sm90 kernel).
     torch.backends.cuda.matmul.allow_tf32 = True
     for dtype in (torch.float32, torch.bfloat16):
-        for m, k, n in ((17, 136, 136), (520, 509, 260), (521, 512, 265)):
+        for m, k, n in ((17, 136, 136), (520, 509, 260), (521, 512, 265), (130, 1032, 136)):
             a = torch.randn(m, k, device=dev, dtype=dtype)
             w = torch.randn(n, k, device=dev, dtype=dtype)
             c = torch.randn(m, n, device=dev, dtype=dtype)

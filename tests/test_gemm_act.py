@@ -285,10 +285,11 @@ def tf32_allowed(request):
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("b_layout", ["weight_t", "row_major"])
-@pytest.mark.parametrize("m,k,n", [(300, 264, 392), (520, 509, 260)])
+@pytest.mark.parametrize("m,k,n", [(300, 264, 392), (520, 509, 260), (136, 1032, 200)])
 def test_float32_with_tf32_allowed(activation, b_layout, m, k, n, tf32_allowed, device):
-    """fp32 where TF32 is allowed: the tensor-core kernel on sm90 (row-major B
-    and misaligned shapes through aligned copies); exact elsewhere."""
+    """fp32 where TF32 is allowed: the tensor-core kernels on sm90 (ping-pong
+    for K <= 1024, cooperative beyond and for row-major B; misaligned shapes
+    through aligned copies); exact elsewhere."""
     dtype = torch.float32
     a, w = random_operands(m, k, n, dtype, device)
     b = w.t() if b_layout == "weight_t" else w.t().contiguous()

@@ -128,8 +128,10 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   la.alloc_workspace = &alloc_workspace;
   la.alloc_ctx = &workspace;
   la.stream = stream;
-  const bool pingpong_compiled = layout == BLayout::KMajor && dtype != Dtype::F32;
-  choose_launch(p, element_bytes(dtype), pingpong_compiled, la);
+  const CompiledConfigs compiled = layout != BLayout::KMajor ? CompiledConfigs::kCooperativeOnly
+                                   : dtype == Dtype::F32      ? CompiledConfigs::kPingpong128
+                                                              : CompiledConfigs::kAll;
+  choose_launch(p, element_bytes(dtype), compiled, la);
 
   const LaunchResult result = launch(dtype, layout, la, p.activation);
   if (result.status == LaunchStatus::kNotImplementable) return false;

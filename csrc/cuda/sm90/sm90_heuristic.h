@@ -34,12 +34,17 @@ inline int config_from_env() {
   return env != nullptr && *env != '\0' ? std::atoi(env) : -1;
 }
 
+// Which configurations a case has (sm90_gemm_act_kernel.cuh).
+enum class CompiledConfigs {
+  kCooperativeOnly,  // row-major B: 128x256 cooperative
+  kPingpong128,      // fp32 (TF32): that and 128x128 ping-pong
+  kAll,              // fp16/bf16 with column-major B
+};
+
 // Fills la.config, la.raster and la.max_swizzle for the problem in `p`, whose
-// elements take `element_bytes` each, from la.sm_count. `pingpong_compiled`:
-// whether the configurations beyond the 128x256 cooperative one exist for
-// this case (fp16/bf16 with column-major B only, see
-// sm90_gemm_act_kernel.cuh).
-inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pingpong_compiled,
+// elements take `element_bytes` each, from la.sm_count, among the
+// configurations `compiled`.
+inline void choose_launch(const GemmActParams& p, int64_t element_bytes, CompiledConfigs compiled,
                           LaunchArgs& la) {
   // 1. Tile configuration. Ping-pong hides one tile's epilogue behind the
   //    other warpgroup's mainloop, so it wins wherever that mainloop lasts
@@ -79,16 +84,26 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, bool pi
   //    vs 1.021), a wave fewer gains more (8191x4097x4095, staged as
   //    N = 4104, 8 waves instead of 9: 0.285 vs 0.316, with Z 0.339 vs
   //    0.372; bench/results/20261123T185300Z_01447cb_sweep_coop256x128.log).
+  //  - TF32 (fp32 elements, 128x128 ping-pong only): the same rules for wide
+  //    N and short K (16384x4096x1024 gelu + Z 1.088 vs 1.276,
+  //    8192x16384x4096 gelu + Z 1.054 vs 1.063), cooperative at 4096^3
+  //    (gelu 1.018 vs 1.118, + Z 1.011 vs 1.045) and, unmeasured, for
+  //    small M; bench/results/20261124T000000Z_d344fe4_sweep_tf32.log.
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   const bool short_k = p.k <= 1024;
-  if (!pingpong_compiled || !(small_m || wide_n || short_k)) {
+  const bool all = compiled == CompiledConfigs::kAll;
+  const bool pingpong = all ? small_m || wide_n || short_k
+                            : compiled == CompiledConfigs::kPingpong128 && (wide_n || short_k);
+  if (!pingpong) {
     la.config = KernelConfig::kCooperative128x256;
-    if (pingpong_compiled && la.sm_count > 0 &&
+    if (all && la.sm_count > 0 &&
         tile_waves(p, tile_geometry(KernelConfig::kCooperative256x128), la.sm_count) <
             tile_waves(p, tile_geometry(KernelConfig::kCooperative128x256), la.sm_count)) {
       la.config = KernelConfig::kCooperative256x128;
     }
+  } else if (!all) {
+    la.config = KernelConfig::kPingpong128x128;
   } else {
     la.config = p.m <= 64    ? KernelConfig::kPingpong64x128K128
                 : p.m <= 128 ? KernelConfig::kPingpong128x64

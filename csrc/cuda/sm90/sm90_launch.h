@@ -33,11 +33,11 @@ enum class KernelConfig : int {
   // cluster 1x2: the best mainloop for long K and the fastest epilogue
   // throughput (all 256 consumer threads run it at once).
   kCooperative128x256 = 0,
-  // 128x128x64 tile per consumer warpgroup, the two warpgroups alternating,
-  // so one's epilogue overlaps the other's mainloop; cluster 1x2. Twice the
-  // tiles: better for small M and for wide N at moderate K. Compiled for
-  // fp16/bf16 with column-major B (the nn.Linear case) only; everything else
-  // runs cooperative.
+  // 128x128 tile (K = one swizzle row per stage) per consumer warpgroup, the
+  // two warpgroups alternating, so one's epilogue overlaps the other's
+  // mainloop; cluster 1x2. Twice the tiles: better for small M and for wide
+  // N or short K. Compiled for fp16/bf16 and fp32 (TF32) with column-major B
+  // (the nn.Linear case); row-major B runs cooperative.
   kPingpong128x128 = 1,
   // The ping-pong kernel with 128x64 tiles, for 64 < M <= 128: each CTA
   // streams two or more 64-column slices of the weight, so one tile's
