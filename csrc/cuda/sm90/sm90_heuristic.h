@@ -87,8 +87,11 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, Compile
   //  - TF32 (fp32 elements, 128x128 ping-pong only): the same rules for wide
   //    N and short K (16384x4096x1024 gelu + Z 1.088 vs 1.276,
   //    8192x16384x4096 gelu + Z 1.054 vs 1.063), cooperative at 4096^3
-  //    (gelu 1.018 vs 1.118, + Z 1.011 vs 1.045) and, unmeasured, for
-  //    small M; bench/results/20261124T000000Z_d344fe4_sweep_tf32.log.
+  //    (gelu 1.018 vs 1.118, + Z 1.011 vs 1.045);
+  //    bench/results/20261124T000000Z_d344fe4_sweep_tf32.log. Small M with
+  //    wide N falls under the wide-N rule (M = 16: 1.092 vs 1.170, M = 128:
+  //    1.023 vs 1.160; bench/results/20261124T001500Z_bc80ef7_sweep_tf32_small_m.log);
+  //    small M with narrower N, unmeasured, stays cooperative.
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   const bool short_k = p.k <= 1024;
