@@ -4,7 +4,8 @@ torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
 exist in every build for fp16/bf16 (fp32: 0 and 1); the others are candidates
 compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every activation
-(15-17, the rotating kernel). Forcing a configuration that is not compiled
+(15-17, the rotating kernel; 25 and 26, the cooperative kernel with fewer
+store buffers, for fp32 too; 25 only where no Z is stored). Forcing a configuration that is not compiled
 for a case is an error, so the sweep skips those cases.
 TORCH_GEMM_ACT_SM90_CONFIG, which the
 extension reads on every call, picks the configuration. For each problem
@@ -34,14 +35,20 @@ CONFIGS = {
     "15": "rot2x128x128",
     "16": "rot3x128x96",
     "17": "rot3x64x192",
+    "25": "coop128x256/noZ",
+    "26": "coop128x256/store1",
 }
 # In every build, for fp16/bf16 (fp32: the cooperative kernel and the 128x128 ping-pong).
 RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 
-def runs_case(cfg, act, dt):
+def runs_case(cfg, act, dt, store_z):
     """Whether configuration `cfg` exists for the case."""
+    if cfg == "25" and store_z:
+        return False  # it has no Z store
+    if cfg in ("25", "26"):
+        return dt in ("bf16", "tf32")
     if dt == "tf32":
         return cfg in ("auto", "0", "1")
     if cfg in RELEASE_CONFIGS:
@@ -53,7 +60,7 @@ CASES = [
     (8192, 4096, 16384, "gelu", False, "bf16"), (8192, 4096, 16384, "gelu", True, "bf16"),
     (8192, 16384, 4096, "none", False, "bf16"),
     (4096, 4096, 4096, "gelu", False, "bf16"), (4096, 4096, 4096, "gelu", True, "bf16"),
-    (4096, 4096, 4096, "relu", False, "fp16"),
+    (4096, 4096, 4096, "relu", False, "fp16"), (4096, 4096, 4096, "relu", False, "bf16"),
     (16384, 1024, 4096, "none", False, "bf16"), (16384, 1024, 4096, "gelu", False, "bf16"),
     (16384, 1024, 4096, "gelu", True, "bf16"),
     (32768, 768, 3072, "none", False, "bf16"), (32768, 768, 3072, "gelu", False, "bf16"),
@@ -104,7 +111,7 @@ def measure(configs, rounds, rep, only=None):
         def run():
             return tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z)
 
-        ran = [c for c in configs if runs_case(c, act, dt)]
+        ran = [c for c in configs if runs_case(c, act, dt, store_z)]
         errs = {}
         for cfg in ran:
             use_config(cfg)

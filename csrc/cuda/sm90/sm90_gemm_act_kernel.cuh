@@ -331,6 +331,8 @@ template <class Element, KernelConfig kConfig = KernelConfig::kCooperative128x25
           class EpiTile = Shape<_128, SwizzleRow<Element>>>
 struct ConfigCooperative : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = 0;
+  static constexpr bool kStoreZ = true;
+  static constexpr int kStoreStages = 0;  // the builder's (2 where a tile has 2+ subtiles)
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using EpilogueTile = EpiTile;
@@ -349,6 +351,8 @@ struct ConfigCooperative : ConfigShapes<Element, kConfig> {
 template <class Element, KernelConfig kConfig, class EpiTile = Shape<_64, _32>>
 struct ConfigPingpong : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = 0;
+  static constexpr bool kStoreZ = true;
+  static constexpr int kStoreStages = 0;  // the builder's (2 where a tile has 2+ subtiles)
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using EpilogueTile = EpiTile;
@@ -365,6 +369,8 @@ using ConfigPingpong128x128 =
 template <class Element, KernelConfig kConfig, int kWarpgroups, class EpiTile = Shape<_64, _32>>
 struct ConfigRotating : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = kWarpgroups;
+  static constexpr bool kStoreZ = true;
+  static constexpr int kStoreStages = 0;  // the builder's (2 where a tile has 2+ subtiles)
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;  // its mainloop
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   using EpilogueTile = EpiTile;
@@ -376,6 +382,46 @@ struct ConfigRotating : ConfigShapes<Element, kConfig> {
 template <class Element>
 using ConfigCooperative256x128 =
     ConfigCooperative<Element, KernelConfig::kCooperative256x128, Shape<_128, _32>>;
+
+#ifdef GEMM_ACT_SM90_SWEEP
+// 128x256 cooperative without Z's store buffers: the shared memory they took
+// becomes a pipeline stage. Takes only cases with no Z.
+template <class Element>
+struct ConfigCooperativeNoZ
+    : ConfigCooperative<Element, KernelConfig::kCooperative128x256NoZ> {
+  static constexpr bool kStoreZ = false;
+};
+
+// 128x256 cooperative with one store buffer each for Y and Z instead of two:
+// each subtile waits for the previous one's TMA store to leave shared
+// memory, and the pipeline gets the fourth stage.
+template <class Element>
+struct ConfigCooperativeStore1
+    : ConfigCooperative<Element, KernelConfig::kCooperative128x256Store1> {
+  static constexpr int kStoreStages = 1;
+};
+#endif
+
+// The builder's collective epilogue with kStages store stages (its dispatch
+// policy's StagesD) where kStages > 0; the builder picks StagesD from the
+// subtile count alone.
+template <class Op, int kStages>
+struct WithStoreStages {
+  using type = Op;
+};
+template <int kStagesC, int kStagesD, int kFragment, bool kReuseSmemC, bool kDelayTmaStore,
+          int kStages, class... Rest>
+struct WithStoreStages<
+    cutlass::epilogue::collective::CollectiveEpilogue<
+        cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, kStagesD, kFragment, kReuseSmemC,
+                                                  kDelayTmaStore>,
+        Rest...>,
+    kStages> {
+  using type = cutlass::epilogue::collective::CollectiveEpilogue<
+      cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, (kStages > 0 ? kStages : kStagesD),
+                                                kFragment, kReuseSmemC, kDelayTmaStore>,
+      Rest...>;
+};
 
 template <Dtype kDtype>
 struct ElementOf;
@@ -424,15 +470,19 @@ struct GemmActKernel {
                                             Stride<_1, _0, int64_t>, /*Alignment=*/1>;  // bias[m]
   using Preact = fusion::Sm90EVT<fusion::Sm90Compute<PreactFn, ElementCompute, ElementCompute, kRound>,
                                  fusion::Sm90AccFetch, SourceC, RowBcast, ColBcast>;
+  // Z's buffers take turns with Y's (one TMA store group per subtile).
+  static constexpr int kStoreStages =
+      Config::kStoreStages > 0 ? Config::kStoreStages : AuxDesc::Stages;
   template <class Input>
   using StoreZ = fusion::Sm90EVT<
-      ZStore<AuxDesc::Stages, EpilogueTile, Element, kRound, typename AuxDesc::Stride,
+      ZStore<kStoreStages, EpilogueTile, Element, kRound, typename AuxDesc::Stride,
              typename AuxDesc::SmemLayoutAtom, typename AuxDesc::CopyOpR2S, kAlignment>,
       Input>;
-  using FullCallbacks = fusion::Sm90EVT<
-      fusion::Sm90Compute<ActEpilogue<kAct, Element>::template Fn, Element, ElementCompute,
-                          kRound>,
-      StoreZ<Preact>>;
+  static constexpr bool kStoreZ = Config::kStoreZ;
+  using ActNode = fusion::Sm90Compute<ActEpilogue<kAct, Element>::template Fn, Element,
+                                      ElementCompute, kRound>;
+  using FullCallbacks = cute::conditional_t<kStoreZ, fusion::Sm90EVT<ActNode, StoreZ<Preact>>,
+                                            fusion::Sm90EVT<ActNode, Preact>>;
 
   // The rotating kernel's tree: Z and Y come packed in the accumulator
   // slots (sm90_register_epilogue.cuh).
@@ -446,12 +496,14 @@ struct GemmActKernel {
 
   using Callbacks = cute::conditional_t<kRotatingWarpgroups == 0, FullCallbacks, UnpackCallbacks>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
-      ElementAccumulator, ElementCompute,
-      void, LayoutD, kAlignment,     // no TMA source: C comes through SourceC
-      Element, LayoutD, kAlignment,  // D = Y
-      EpilogueSchedule, Callbacks>::CollectiveOp;
+  using CollectiveEpilogue = typename WithStoreStages<
+      typename cutlass::epilogue::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+          EpilogueTile, ElementAccumulator, ElementCompute,
+          void, LayoutD, kAlignment,     // no TMA source: C comes through SourceC
+          Element, LayoutD, kAlignment,  // D = Y
+          EpilogueSchedule, Callbacks>::CollectiveOp,
+      Config::kStoreStages>::type;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -522,6 +574,9 @@ LaunchResult run_kernel(const LaunchArgs& la) {
   const float slope = static_cast<float>(p.negative_slope);
 
   // EVT arguments nest like the tree: {child arguments..., node arguments}.
+  if (!K::kStoreZ && z != nullptr) {
+    return {LaunchStatus::kNotImplementable, cudaSuccess, "configuration stores no Z"};
+  }
   const typename K::Callbacks::Arguments epilogue_args = [&] {
     if constexpr (K::kRotatingWarpgroups == 0) {
       const typename K::Preact::Arguments preact_args{
@@ -531,7 +586,11 @@ LaunchResult run_kernel(const LaunchArgs& la) {
            {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},  // bias[n] / bias[0]
           {col_bcast ? bias : nullptr, Element(0), {}},   // bias[m]
           preact};
-      return typename K::Callbacks::Arguments{{preact_args, {z, stride_z}}, {slope}};
+      if constexpr (K::kStoreZ) {
+        return typename K::Callbacks::Arguments{{preact_args, {z, stride_z}}, {slope}};
+      } else {
+        return typename K::Callbacks::Arguments{preact_args, {slope}};
+      }
     } else {
       return typename K::Callbacks::Arguments{{{{}, {}}, {z, stride_z}}, {}, {}};
     }
@@ -614,6 +673,11 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 // in a file of their own (sm90_inst_rotating_bf16_kmajor.cu).
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_rotating(const LaunchArgs& la);
+
+// The cooperative kernel's candidates with fewer store buffers, likewise
+// (sm90_inst_coop_candidates_kmajor.cu).
+template <Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_cooperative_candidate(const LaunchArgs& la);
 #endif
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
@@ -650,6 +714,14 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
     }
 #endif
   }
+#ifdef GEMM_ACT_SM90_SWEEP
+  if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F16) {
+    if (la.config == KernelConfig::kCooperative128x256NoZ ||
+        la.config == KernelConfig::kCooperative128x256Store1) {
+      return launch_cooperative_candidate<kDtype, kB, kAct>(la);
+    }
+  }
+#endif
   if constexpr (kDtype == Dtype::F32) {
     if (la.config == KernelConfig::kPingpong128x128) {
       return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);

@@ -71,6 +71,13 @@ enum class KernelConfig : int {
   kRotating2x128x128 = 15,
   kRotating3x128x96 = 16,
   kRotating3x64x192 = 17,
+  // The 128x256 cooperative kernel without Z's shared-memory store buffers
+  // (so a pipeline stage more), for cases that store no Z: inference, and
+  // the activations whose backward reads Y.
+  kCooperative128x256NoZ = 25,
+  // The 128x256 cooperative kernel with one store buffer each for Y and Z
+  // (two by default), so also a pipeline stage more.
+  kCooperative128x256Store1 = 26,
 #endif
 };
 
@@ -100,6 +107,9 @@ constexpr TileGeometry tile_geometry(KernelConfig config) {
       return {128, 96, 1, 1, 2};
     case KernelConfig::kRotating3x64x192:
       return {64, 192, 1, 1, 2};
+    case KernelConfig::kCooperative128x256NoZ:
+    case KernelConfig::kCooperative128x256Store1:
+      return {128, 256, 1, 1, 2};
 #endif
     case KernelConfig::kCooperative128x256:
     default:
