@@ -83,8 +83,13 @@ fi
 
 if want sweep; then
 step "sm90 configurations: SWEEP_CONFIGS (candidates beyond 0, 1, 4, 13, 22 need a GEMM_ACT_SM90_SWEEP=1 build)"
-python3 bench/sm90_sweep.py --configs "${SWEEP_CONFIGS:-auto,0,1,4,13,22}" --out "$OUT/sweep.json" 2>&1 \
-  | tee "$OUT/sweep.log" | tail -22
+python3 bench/sm90_sweep.py --configs "${SWEEP_CONFIGS:-auto,0,1,4,13,22}" ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
+  --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
+fi
+
+if want clock; then
+step "SM clock and board power per contender: CLOCK_ARGS='${CLOCK_ARGS:-}'"
+python3 scripts/diag/clock_probe.py ${CLOCK_ARGS:-} 2>&1 | tee "$OUT/clock_probe.log" | tail -30
 fi
 
 if want mmkernels; then
