@@ -2,10 +2,10 @@
 torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
 Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
-exist in every build for fp16/bf16 (fp32: 0 and 1); the others are candidates
-compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every activation
-(15-17, the rotating kernel; 25 and 26, the cooperative kernel with fewer
-store buffers, for fp32 too; 25 only where no Z is stored). Forcing a configuration that is not compiled
+exist in every build for fp16/bf16 (fp32: 0, 1 and 25, the cooperative
+kernel without Z's store buffers, for cases that store no Z); the others are
+candidates compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every
+activation (15-17, the rotating kernel; 25). Forcing a configuration that is not compiled
 for a case is an error, so the sweep skips those cases.
 TORCH_GEMM_ACT_SM90_CONFIG, which the
 extension reads on every call, picks the configuration. For each problem
@@ -36,7 +36,6 @@ CONFIGS = {
     "16": "rot3x128x96",
     "17": "rot3x64x192",
     "25": "coop128x256/noZ",
-    "26": "coop128x256/store1",
 }
 # In every build, for fp16/bf16 (fp32: the cooperative kernel and the 128x128 ping-pong).
 RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
@@ -45,10 +44,8 @@ ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 
 def runs_case(cfg, act, dt, store_z):
     """Whether configuration `cfg` exists for the case."""
-    if cfg == "25" and store_z:
-        return False  # it has no Z store
-    if cfg in ("25", "26"):
-        return dt in ("bf16", "tf32")
+    if cfg == "25":  # no Z store; in release builds for TF32, in sweep builds for bf16 too
+        return dt in ("bf16", "tf32") and not store_z
     if dt == "tf32":
         return cfg in ("auto", "0", "1")
     if cfg in RELEASE_CONFIGS:

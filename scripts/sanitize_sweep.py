@@ -56,7 +56,7 @@ def main():
                  activation="gelu", beta=0.5, return_preact=True)
     count += 1
     # fp32 with TF32 allowed (the sm90 TF32 kernels: ping-pong for K <= 1024,
-    # cooperative beyond), and misaligned cases
+    # cooperative beyond, with and without Z), and misaligned cases
     # above the staging threshold (aligned copies, then the sm90 kernel).
     torch.backends.cuda.matmul.allow_tf32 = True
     for dtype in (torch.float32, torch.bfloat16):
@@ -66,8 +66,10 @@ def main():
             c = torch.randn(m, n, device=dev, dtype=dtype)
             for bias_shape in ((n,), (m, 1)):
                 bias = torch.randn(bias_shape, device=dev, dtype=dtype)
-                tga.gemm_act(a, w.t(), bias, c, activation="silu", beta=0.5, return_preact=True)
-                count += 1
+                for preact in (True, False):
+                    tga.gemm_act(a, w.t(), bias, c, activation="silu", beta=0.5,
+                                 return_preact=preact)
+                    count += 1
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.cuda.synchronize()
     print(f"sanitize sweep: {count} problems ran")

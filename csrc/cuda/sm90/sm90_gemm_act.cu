@@ -137,12 +137,12 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   if (result.status == LaunchStatus::kNotImplementable) return false;
   TORCH_CHECK(result.status != LaunchStatus::kUnknownConfig,
               "gemm_act: TORCH_GEMM_ACT_SM90_CONFIG=", static_cast<int>(la.config),
-              " names no kernel configuration compiled for ",
+              " cannot run this case (", result.what, "): ",
               dtype == Dtype::F32 ? "fp32" : dtype == Dtype::F16 ? "fp16" : "bf16", ", ",
-              layout == BLayout::KMajor ? "column" : "row", "-major B and activation '",
-              activation_name(p.activation),
-              "' (KernelConfig in csrc/cuda/sm90/sm90_launch.h lists them); unset it to let "
-              "the heuristic choose");
+              layout == BLayout::KMajor ? "column" : "row", "-major B, activation '",
+              activation_name(p.activation), "'", p.z != nullptr ? ", Z stored" : "",
+              " (KernelConfig in csrc/cuda/sm90/sm90_launch.h lists the configurations); unset "
+              "it to let the heuristic choose");
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_act: the sm90 kernel failed at ",
               result.what, ": ", cudaGetErrorString(result.error));
   return true;

@@ -326,13 +326,16 @@ struct ConfigShapes {
 // stages instead of 4. For fp32 it is 128x32: a 128x64 subtile's Y and Z
 // buffers (130 KB) leave room for 2 stages only (TF32 4096^3 gelu: 1.63x
 // torch.mm, bench/results/20261123T054641Z_820fae8.json); 128x32 leaves 3.
-// kRotatingWarpgroups: 0 for CUTLASS's own kernels.
+// kRotatingWarpgroups: 0 for CUTLASS's own kernels. kStoreStages: the
+// shared-memory buffers of each of Y and Z (0: the builder's, 2 where a tile
+// has two or more subtiles); kStoreZ: whether the kernel can store Z at all.
 template <class Element, KernelConfig kConfig = KernelConfig::kCooperative128x256,
-          class EpiTile = Shape<_128, SwizzleRow<Element>>>
+          class EpiTile = Shape<_128, SwizzleRow<Element>>, int kStoreStages_ = 0,
+          bool kStoreZ_ = true>
 struct ConfigCooperative : ConfigShapes<Element, kConfig> {
   static constexpr int kRotatingWarpgroups = 0;
-  static constexpr bool kStoreZ = true;
-  static constexpr int kStoreStages = 0;  // the builder's (2 where a tile has 2+ subtiles)
+  static constexpr bool kStoreZ = kStoreZ_;
+  static constexpr int kStoreStages = kStoreStages_;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using EpilogueTile = EpiTile;
@@ -383,24 +386,30 @@ template <class Element>
 using ConfigCooperative256x128 =
     ConfigCooperative<Element, KernelConfig::kCooperative256x128, Shape<_128, _32>>;
 
-#ifdef GEMM_ACT_SM90_SWEEP
-// 128x256 cooperative without Z's store buffers: the shared memory they took
-// becomes a pipeline stage. Takes only cases with no Z.
+// fp32 (TF32) 128x256: a pipeline stage holds K = 32 only, half of what a
+// fp16/bf16 stage holds, so 3 stages hide too little of the loads' latency.
+// One store buffer each for Y and Z (each subtile then waits for the
+// previous one's TMA store to leave shared memory) leaves room for a fourth:
+// TF32 gelu + Z 1.087 against 1.106 x torch.mm at 4096^3, 1.090 against
+// 1.107 at 8192x4096x16384; fp16/bf16 gain nothing from it (4096^3 bf16
+// gelu + Z 1.122 against 1.133, relu 1.062 against 1.037-1.049;
+// bench/results/20261125T012000Z_b8258f5_sweep_store_buffers.log).
 template <class Element>
-struct ConfigCooperativeNoZ
-    : ConfigCooperative<Element, KernelConfig::kCooperative128x256NoZ> {
-  static constexpr bool kStoreZ = false;
-};
+using ConfigCooperative128x256 =
+    cute::conditional_t<cute::is_same_v<Element, float>,
+                        ConfigCooperative<Element, KernelConfig::kCooperative128x256,
+                                          Shape<_128, SwizzleRow<Element>>, 1>,
+                        ConfigCooperative<Element>>;
 
-// 128x256 cooperative with one store buffer each for Y and Z instead of two:
-// each subtile waits for the previous one's TMA store to leave shared
-// memory, and the pipeline gets the fourth stage.
+// 128x256 without Z's store buffers, for cases that store no Z: the fourth
+// pipeline stage with Y's two buffers kept. For TF32 without Z: 1.009
+// against 1.047-1.058 x torch.mm (4096^3 gelu, the sweep above); compiled
+// for fp32 only (bf16: 4096^3 gelu 1.083 against 1.061-1.089, relu 1.019
+// against 1.037-1.049, inside the sweep's spread).
 template <class Element>
-struct ConfigCooperativeStore1
-    : ConfigCooperative<Element, KernelConfig::kCooperative128x256Store1> {
-  static constexpr int kStoreStages = 1;
-};
-#endif
+using ConfigCooperativeNoZ =
+    ConfigCooperative<Element, KernelConfig::kCooperative128x256NoZ,
+                      Shape<_128, SwizzleRow<Element>>, 0, /*kStoreZ=*/false>;
 
 // The builder's collective epilogue with kStages store stages (its dispatch
 // policy's StagesD) where kStages > 0; the builder picks StagesD from the
@@ -574,8 +583,8 @@ LaunchResult run_kernel(const LaunchArgs& la) {
   const float slope = static_cast<float>(p.negative_slope);
 
   // EVT arguments nest like the tree: {child arguments..., node arguments}.
-  if (!K::kStoreZ && z != nullptr) {
-    return {LaunchStatus::kNotImplementable, cudaSuccess, "configuration stores no Z"};
+  if (!K::kStoreZ && z != nullptr) {  // only where the configuration was forced
+    return {LaunchStatus::kUnknownConfig, cudaSuccess, "the configuration stores no Z"};
   }
   const typename K::Callbacks::Arguments epilogue_args = [&] {
     if constexpr (K::kRotatingWarpgroups == 0) {
@@ -674,15 +683,15 @@ LaunchResult run_kernel(const LaunchArgs& la) {
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_rotating(const LaunchArgs& la);
 
-// The cooperative kernel's candidates with fewer store buffers, likewise
-// (sm90_inst_coop_candidates_kmajor.cu).
+// The 128x256 cooperative kernel without Z's store buffers for bf16,
+// likewise (sm90_inst_no_z_bf16_kmajor.cu).
 template <Dtype kDtype, BLayout kB, Activation kAct>
-LaunchResult launch_cooperative_candidate(const LaunchArgs& la);
+LaunchResult launch_cooperative_no_z(const LaunchArgs& la);
 #endif
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
-// five configurations, fp32 (TF32) the cooperative and the 128x128
-// ping-pong ones; row-major B only the 128x256 cooperative one, which keeps
+// five configurations, fp32 (TF32) the cooperative ones (with and without
+// Z) and the 128x128 ping-pong one; row-major B only the 128x256 cooperative one, which keeps
 // the build shorter (each configuration adds about a minute of compile time
 // per file) for cases that are rarer and for which the others' gains (3-5%)
 // are small.
@@ -711,26 +720,24 @@ LaunchResult launch_gemm_act(const LaunchArgs& la) {
 #ifdef GEMM_ACT_SM90_SWEEP
     if constexpr (kDtype == Dtype::BF16) {
       if (is_rotating(la.config)) return launch_rotating<kDtype, kB, kAct>(la);
+      if (la.config == KernelConfig::kCooperative128x256NoZ) {
+        return launch_cooperative_no_z<kDtype, kB, kAct>(la);
+      }
     }
 #endif
   }
-#ifdef GEMM_ACT_SM90_SWEEP
-  if constexpr (kB == BLayout::KMajor && kDtype != Dtype::F16) {
-    if (la.config == KernelConfig::kCooperative128x256NoZ ||
-        la.config == KernelConfig::kCooperative128x256Store1) {
-      return launch_cooperative_candidate<kDtype, kB, kAct>(la);
-    }
-  }
-#endif
   if constexpr (kDtype == Dtype::F32) {
     if (la.config == KernelConfig::kPingpong128x128) {
       return detail::run_kernel<detail::ConfigPingpong128x128<Element>, kDtype, kB, kAct>(la);
+    }
+    if (la.config == KernelConfig::kCooperative128x256NoZ) {
+      return detail::run_kernel<detail::ConfigCooperativeNoZ<Element>, kDtype, kB, kAct>(la);
     }
   }
   if (la.config != KernelConfig::kCooperative128x256) {
     return {LaunchStatus::kUnknownConfig, cudaSuccess, "configuration not compiled for this case"};
   }
-  return detail::run_kernel<detail::ConfigCooperative<Element>, kDtype, kB, kAct>(la);
+  return detail::run_kernel<detail::ConfigCooperative128x256<Element>, kDtype, kB, kAct>(la);
 }
 
 #define GEMM_ACT_SM90_INSTANTIATE(DT, BL, ACT) \

@@ -37,7 +37,7 @@ inline int config_from_env() {
 // Which configurations a case has (sm90_gemm_act_kernel.cuh).
 enum class CompiledConfigs {
   kCooperativeOnly,  // row-major B: 128x256 cooperative
-  kPingpong128,      // fp32 (TF32): that and 128x128 ping-pong
+  kPingpong128,      // fp32 (TF32): that, without Z too, and 128x128 ping-pong
   kAll,              // fp16/bf16 with column-major B
 };
 
@@ -91,7 +91,10 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, Compile
   //    bench/results/20261124T000000Z_d344fe4_sweep_tf32.log. Small M with
   //    wide N falls under the wide-N rule (M = 16: 1.092 vs 1.170, M = 128:
   //    1.023 vs 1.160; bench/results/20261124T001500Z_bc80ef7_sweep_tf32_small_m.log);
-  //    small M with narrower N, unmeasured, stays cooperative.
+  //    small M with narrower N, unmeasured, stays cooperative. Where no Z
+  //    is stored, cooperative TF32 drops Z's store buffers for a fourth
+  //    pipeline stage (4096^3 gelu 1.009 vs 1.047-1.058;
+  //    bench/results/20261125T012000Z_b8258f5_sweep_store_buffers.log).
   const bool small_m = p.m <= 256;
   const bool wide_n = p.n >= 8192 && p.k <= 8192;
   const bool short_k = p.k <= 1024;
@@ -99,7 +102,9 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, Compile
   const bool pingpong = all ? small_m || wide_n || short_k
                             : compiled == CompiledConfigs::kPingpong128 && (wide_n || short_k);
   if (!pingpong) {
-    la.config = KernelConfig::kCooperative128x256;
+    la.config = compiled == CompiledConfigs::kPingpong128 && p.z == nullptr
+                    ? KernelConfig::kCooperative128x256NoZ
+                    : KernelConfig::kCooperative128x256;
     if (all && la.sm_count > 0 &&
         tile_waves(p, tile_geometry(KernelConfig::kCooperative256x128), la.sm_count) <
             tile_waves(p, tile_geometry(KernelConfig::kCooperative128x256), la.sm_count)) {

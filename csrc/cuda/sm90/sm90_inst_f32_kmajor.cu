@@ -1,6 +1,7 @@
 // sm90 kernels for fp32 storage (TF32 tensor cores) and
 // column-major B (b = weight.t(), K contiguous: the nn.Linear "TN" case).
-// Each activation instantiates the cooperative configuration: 8 kernels.
+// Each activation instantiates the 128x256 cooperative configuration, with
+// and without Z's store buffers, and the 128x128 ping-pong one: 24 kernels.
 //
 // Kernels of one file share most of their template instantiations, so one
 // file per (dtype, B layout) builds much faster than one file per kernel;

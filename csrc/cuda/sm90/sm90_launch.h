@@ -59,6 +59,11 @@ enum class KernelConfig : int {
   // N is a little above a multiple of 256 (8191x4095x4097: 8 waves instead
   // of 9). Compiled where ping-pong is.
   kCooperative256x128 = 4,
+  // The 128x256 cooperative kernel without Z's shared-memory store buffers,
+  // which leaves room for a fourth pipeline stage; takes only cases that
+  // store no Z. Compiled for fp32 (TF32), whose stages hold K = 32 only;
+  // for bf16 in sweep builds.
+  kCooperative128x256NoZ = 25,
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 5-12, 14,
@@ -71,13 +76,6 @@ enum class KernelConfig : int {
   kRotating2x128x128 = 15,
   kRotating3x128x96 = 16,
   kRotating3x64x192 = 17,
-  // The 128x256 cooperative kernel without Z's shared-memory store buffers
-  // (so a pipeline stage more), for cases that store no Z: inference, and
-  // the activations whose backward reads Y.
-  kCooperative128x256NoZ = 25,
-  // The 128x256 cooperative kernel with one store buffer each for Y and Z
-  // (two by default), so also a pipeline stage more.
-  kCooperative128x256Store1 = 26,
 #endif
 };
 
@@ -100,6 +98,8 @@ constexpr TileGeometry tile_geometry(KernelConfig config) {
       return {64, 128, 2, 1, 1};
     case KernelConfig::kCooperative256x128:
       return {256, 128, 1, 2, 1};
+    case KernelConfig::kCooperative128x256NoZ:
+      return {128, 256, 1, 1, 2};
 #ifdef GEMM_ACT_SM90_SWEEP
     case KernelConfig::kRotating2x128x128:
       return {128, 128, 1, 1, 2};
@@ -107,9 +107,6 @@ constexpr TileGeometry tile_geometry(KernelConfig config) {
       return {128, 96, 1, 1, 2};
     case KernelConfig::kRotating3x64x192:
       return {64, 192, 1, 1, 2};
-    case KernelConfig::kCooperative128x256NoZ:
-    case KernelConfig::kCooperative128x256Store1:
-      return {128, 256, 1, 1, 2};
 #endif
     case KernelConfig::kCooperative128x256:
     default:
