@@ -5,8 +5,9 @@ Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
 exist in every build for fp16/bf16 (fp32: 0, 1 and 25, the cooperative
 kernel without Z's store buffers, for cases that store no Z); the others are
 candidates compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every
-activation (15-17, the rotating kernel; 25). Forcing a configuration that is not compiled
-for a case is an error, so the sweep skips those cases.
+activation (15-17, the rotating kernel; 25). Forcing a configuration that is
+not compiled for a case is an error, so the sweep skips those cases (and
+leaves out of a row one that the build turns out to lack).
 TORCH_GEMM_ACT_SM90_CONFIG, which the
 extension reads on every call, picks the configuration. For each problem
 torch.mm and the configurations take turns, --rounds times, and each keeps
@@ -37,7 +38,7 @@ CONFIGS = {
     "17": "rot3x64x192",
     "25": "coop128x256/noZ",
 }
-# In every build, for fp16/bf16 (fp32: the cooperative kernel and the 128x128 ping-pong).
+# In every build, for fp16/bf16 (fp32: auto, 0, 1 and 25).
 RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
 ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
 

@@ -691,10 +691,10 @@ LaunchResult launch_cooperative_no_z(const LaunchArgs& la);
 
 // fp16/bf16 with column-major B (weight.t(), the nn.Linear case) get all
 // five configurations, fp32 (TF32) the cooperative ones (with and without
-// Z) and the 128x128 ping-pong one; row-major B only the 128x256 cooperative one, which keeps
-// the build shorter (each configuration adds about a minute of compile time
-// per file) for cases that are rarer and for which the others' gains (3-5%)
-// are small.
+// Z) and the 128x128 ping-pong one; row-major B only the 128x256
+// cooperative one, which keeps the build shorter (each configuration adds
+// about a minute of compile time per file) for cases that are rarer and for
+// which the others' gains (3-5%) are small.
 template <Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_gemm_act(const LaunchArgs& la) {
   using Element = typename detail::ElementOf<kDtype>::type;

@@ -67,9 +67,10 @@ enum class KernelConfig : int {
 #ifdef GEMM_ACT_SM90_SWEEP
   // Candidates measured by bench/sm90_sweep.py in a build with
   // GEMM_ACT_SM90_SWEEP=1 (bf16, column-major B). Numbers 2, 3, 5-12, 14,
-  // 18-21 were epilogue-subtile, cluster, tile and K-depth variants of the
-  // tiles above, kernels without the Z store and stores straight from the
-  // registers, measured no better (bench/results/*_sweep.log) and retired.
+  // 18-21, 23, 24 and 26 were epilogue-subtile, store-buffer, cluster, tile
+  // and K-depth variants of the tiles above, kernels without the Z store
+  // and stores straight from the registers, measured no better
+  // (bench/results/*_sweep.log) and retired.
   // The rotating kernel (sm90_rotating_kernel.cuh), every activation: N math
   // warpgroups with an MxN tile each, the activation computed before the
   // turn-taking store.
