@@ -129,7 +129,7 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   la.alloc_ctx = &workspace;
   la.stream = stream;
   const CompiledConfigs compiled = layout != BLayout::KMajor ? CompiledConfigs::kCooperativeOnly
-                                   : dtype == Dtype::F32      ? CompiledConfigs::kPingpong128
+                                   : dtype == Dtype::F32      ? CompiledConfigs::kTf32
                                                               : CompiledConfigs::kAll;
   choose_launch(p, element_bytes(dtype), compiled, la);
 

@@ -37,7 +37,7 @@ inline int config_from_env() {
 // Which configurations a case has (sm90_gemm_act_kernel.cuh).
 enum class CompiledConfigs {
   kCooperativeOnly,  // row-major B: 128x256 cooperative
-  kPingpong128,      // fp32 (TF32): that, without Z too, and 128x128 ping-pong
+  kTf32,             // fp32 (TF32): that, that without Z, and 128x128 ping-pong
   kAll,              // fp16/bf16 with column-major B
 };
 
@@ -100,9 +100,9 @@ inline void choose_launch(const GemmActParams& p, int64_t element_bytes, Compile
   const bool short_k = p.k <= 1024;
   const bool all = compiled == CompiledConfigs::kAll;
   const bool pingpong = all ? small_m || wide_n || short_k
-                            : compiled == CompiledConfigs::kPingpong128 && (wide_n || short_k);
+                            : compiled == CompiledConfigs::kTf32 && (wide_n || short_k);
   if (!pingpong) {
-    la.config = compiled == CompiledConfigs::kPingpong128 && p.z == nullptr
+    la.config = compiled == CompiledConfigs::kTf32 && p.z == nullptr
                     ? KernelConfig::kCooperative128x256NoZ
                     : KernelConfig::kCooperative128x256;
     if (all && la.sm_count > 0 &&
