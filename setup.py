@@ -2,22 +2,27 @@
 
 Environment:
   TORCH_CUDA_ARCH_LIST  archs to build for (default "8.0;9.0")
-  MAX_JOBS              parallel compile jobs (ninja)
+  MAX_JOBS              parallel compile jobs (ninja, and the sm90 kernels)
   GEMM_ACT_CPU_ONLY=1   skip the CUDA kernels even when nvcc is present
   GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
                         else the `nvidia-cutlass` wheel's cutlass_library/source/include)
-  GEMM_ACT_SM90_SWEEP=1 also the sweep's candidate configurations (bench/sm90_sweep.py)
+  GEMM_ACT_LAB=1        also the lab's kernels (lab/README.md); never for a release build
 
-`python setup.py build_sm90_objects --build-temp DIR [--cxx11-abi 0|1]` compiles
-only the sm_90a kernel objects (most of a CUDA build's time; they need no
-PyTorch) into DIR/sm90, stamped with the csrc tree they came from, so that a
-build on another machine with the same DIR reuses them
-(scripts/device_check.sh does when the stamp matches).
+The sm90 kernels are generated from their table (csrc/cuda/sm90/sm90_kernels.py)
+into build/generated, one translation unit per configuration, dtype and B
+layout, and compiled here for sm_90a only (without torch's flags) into
+objects that the extension links. `python setup.py build_sm90_objects
+--build-temp DIR [--cxx11-abi 0|1]` compiles only those (most of a CUDA
+build's time; they need no PyTorch) into DIR/sm90, so that a build on another
+machine with the same DIR reuses them: an object is reused wherever its
+inputs (its source, every header it can include, the defining flags) are the
+same, whatever the files' times.
 """
 
 import concurrent.futures
 import glob
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -34,6 +39,28 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(ROOT, "csrc")
+LAB = os.path.join(ROOT, "lab")
+GENERATED = os.path.join(ROOT, "build", "generated")
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _want_lab():
+    return os.environ.get("GEMM_ACT_LAB", "0") == "1"
+
+
+def _generate_sm90():
+    """The sm90 kernel table header and kernel units (see the docstring)."""
+    table = _load(os.path.join(CSRC, "cuda", "sm90", "sm90_kernels.py"), "sm90_kernels")
+    if not _want_lab():
+        return table.generate(GENERATED)
+    lab = _load(os.path.join(LAB, "sm90", "lab_kernels.py"), "lab_kernels")
+    return table.generate(GENERATED, lab.ROWS, lab.EXTRA_TARGETS)
 
 
 def _sources(pattern):
@@ -70,67 +97,64 @@ def _cutlass_include():
     )
 
 
-def _sm90_sweep_flags():
-    """GEMM_ACT_SM90_SWEEP=1 compiles extra tile configurations (bf16, none and
-    gelu only) for bench/sm90_sweep.py to measure; never for a release build."""
-    return ["-DGEMM_ACT_SM90_SWEEP"] if os.environ.get("GEMM_ACT_SM90_SWEEP", "0") == "1" else []
+def _sm90_inputs_digest(defining):
+    """What every sm90 object depends on besides its own source: the headers
+    it can include and the defining flags."""
+    digest = hashlib.sha256(" ".join(defining).encode())
+    roots = [CSRC, GENERATED] + ([LAB] if _want_lab() else [])
+    for root in roots:
+        for path in sorted(glob.glob(os.path.join(root, "**", "*.*h"), recursive=True)):
+            with open(path, "rb") as f:
+                digest.update(os.path.relpath(path, ROOT).encode() + b"\0" + f.read())
+    return digest
 
 
 def _compile_sm90_objects(build_temp, abi=None):
-    """The sm_90a kernels (csrc/cuda/sm90/sm90_inst_*.cu): compiled here, for
-    sm_90a only and without torch's flags, then linked in as objects. `abi`:
-    the libstdc++ ABI of the torch they will link with (default: this one's)."""
-    include = _cutlass_include()
+    """The sm_90a kernels: generated, then compiled here for sm_90a only and
+    without torch's flags, to be linked in as objects. `abi`: the libstdc++
+    ABI of the torch they will link with (default: this one's). Yields the
+    object paths."""
+    units = _generate_sm90()
     if abi is None:
         abi = int(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
-    headers = glob.glob(os.path.join(CSRC, "cuda", "sm90", "*.h*")) + glob.glob(os.path.join(CSRC, "*.h"))
-    newest_header = max(os.path.getmtime(h) for h in headers)
     nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
     host = ["-ccbin", os.environ["CXX"]] if os.environ.get("CXX") else []
-    # The options that change what an object is (a sweep build compiles more
-    # configurations): objects compiled with others are stale whatever their
-    # time, so switching between sweep and release builds recompiles them.
-    defining = [*_sm90_sweep_flags(), f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-    os.makedirs(os.path.join(build_temp, "sm90"), exist_ok=True)
-    flags_file = os.path.join(build_temp, "sm90", "FLAGS")
-    same_flags = os.path.exists(flags_file) and open(flags_file).read().split() == defining
+    # The options that change what an object is (the lab's build compiles
+    # more rows into the shared table): part of every object's key.
+    defining = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"lab={int(_want_lab())}"]
+    headers = _sm90_inputs_digest(defining)
+    out_dir = os.path.join(build_temp, "sm90")
+    os.makedirs(out_dir, exist_ok=True)
     jobs = []
-    for src in sorted(glob.glob(os.path.join(CSRC, "cuda", "sm90", "sm90_inst_*.cu"))):
-        obj = os.path.join(build_temp, "sm90", os.path.basename(src) + ".o")
-        if (not same_flags or not os.path.exists(obj)
-                or os.path.getmtime(obj) < max(newest_header, os.path.getmtime(src))):
-            jobs.append([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
-                         *defining, "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
-                         "-I", CSRC, "-I", include, "-c", src, "-o", obj])
+    for src in units:
+        obj = os.path.join(out_dir, os.path.basename(src) + ".o")
+        key = headers.copy()
+        with open(src, "rb") as f:
+            key.update(f.read())
+        key = key.hexdigest()
+        key_file = obj + ".key"
+        if not (os.path.exists(obj) and os.path.exists(key_file) and open(key_file).read() == key):
+            # CUTLASS's headers are needed only where something compiles.
+            includes = ["-I", CSRC, "-I", GENERATED, "-I", _cutlass_include()]
+            includes += ["-I", LAB] if _want_lab() else []
+            jobs.append(([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
+                          defining[0], "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
+                          *includes, "-c", src, "-o", obj], key_file, key))
         yield obj
     workers = max(1, int(os.environ.get("MAX_JOBS", os.cpu_count() or 1)))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for cmd, result in zip(jobs, pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), jobs)):
+        runs = pool.map(lambda job: subprocess.run(job[0], capture_output=True, text=True), jobs)
+        for (cmd, key_file, key), result in zip(jobs, runs):
             print(" ".join(cmd[-3:]), flush=True)
             if result.returncode != 0:
                 sys.stderr.write(result.stdout + result.stderr)
                 raise RuntimeError(f"torch_gemm_act: nvcc failed on {cmd[-3]}")
-    with open(flags_file, "w") as f:
-        f.write(" ".join(defining) + "\n")
-
-
-def sm90_source_id():
-    """What the sm90 objects are compiled from: the git tree of csrc and the
-    sweep flag; "unknown" outside a clean git checkout."""
-    try:
-        tree = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD:csrc"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "csrc"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    if dirty:
-        return "unknown"
-    return f"csrc {tree} sweep={os.environ.get('GEMM_ACT_SM90_SWEEP', '0')}"
+            with open(key_file, "w") as f:
+                f.write(key)
 
 
 class BuildSm90Objects(Command):
-    description = "compile only the sm_90a kernel objects, stamped with their source (see the docstring)"
+    description = "compile only the sm_90a kernel objects (see the docstring)"
     user_options = [
         ("build-temp=", None, "the build_ext temporary folder of the machine that will link them"),
         ("cxx11-abi=", None, "_GLIBCXX_USE_CXX11_ABI of the torch they will link with (default: this one's)"),
@@ -147,9 +171,7 @@ class BuildSm90Objects(Command):
     def run(self):
         abi = None if self.cxx11_abi is None else int(self.cxx11_abi)
         objects = list(_compile_sm90_objects(self.build_temp, abi))
-        with open(os.path.join(self.build_temp, "sm90", "SOURCE"), "w") as f:
-            f.write(sm90_source_id() + "\n")
-        print(f"{len(objects)} objects in {os.path.join(self.build_temp, 'sm90')}: {sm90_source_id()}")
+        print(f"{len(objects)} objects in {os.path.join(self.build_temp, 'sm90')}")
 
 
 class BuildExtensionWithSm90(BuildExtension):
@@ -167,23 +189,26 @@ def _extension():
         return CppExtension("torch_gemm_act._C", cpu_sources, include_dirs=[CSRC],
                             extra_compile_args={"cxx": cxx_flags})
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
-    nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo",
-                  "-DGEMM_ACT_WITH_CUDA"]
-    cuda_sources = _sources("cuda/*.cu") + _sources("cuda/simt/*.cu") + _sources("cuda/backward/*.cu")
+    nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
+    # Every CUDA source but the sm90 family's, whose entry (PyTorch side,
+    # no CUTLASS) builds here only with its kernels, which come from
+    # _compile_sm90_objects.
+    sm90 = os.path.join("csrc", "cuda", "sm90") + os.sep
+    cuda_sources = [s for s in _sources("cuda/**/*.cpp") + _sources("cuda/**/*.cu") if not s.startswith(sm90)]
     macros = [("GEMM_ACT_WITH_CUDA", None)]
+    include_dirs = [CSRC]
     if _want_sm90():
-        _cutlass_include()  # fail early, with how to get the headers
-        # The entry (PyTorch side, no CUTLASS) builds here; the kernels come
-        # from _compile_sm90_objects.
-        cuda_sources += [s for s in _sources("cuda/sm90/*.cu") if "sm90_inst_" not in s]
+        _generate_sm90()  # the table header the entry includes
+        cuda_sources += _sources("cuda/sm90/*.cpp") + _sources("cuda/sm90/*.cu")
         macros.append(("GEMM_ACT_WITH_SM90", None))
-        nvcc_flags += ["-DGEMM_ACT_WITH_SM90", *_sm90_sweep_flags()]
+        include_dirs.append(GENERATED)
+    defines = [f"-D{name}" for name, _ in macros]
     return CUDAExtension(
         "torch_gemm_act._C",
         cpu_sources + cuda_sources,
-        include_dirs=[CSRC],
+        include_dirs=include_dirs,
         define_macros=macros,
-        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags + defines},
     )
 
 

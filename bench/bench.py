@@ -42,7 +42,6 @@ which is timed under the addmm_activation key (the row says which function ran).
 
 import argparse
 import datetime
-import functools
 import gc
 import inspect
 import json
@@ -144,18 +143,10 @@ def rel_err(x, ref):
 
 
 def torch_act(name, negative_slope=0.01):
-    import torch
-    import torch.nn.functional as F
-    return {
-        "none": lambda z: z,
-        "relu": F.relu,
-        "leaky_relu": functools.partial(F.leaky_relu, negative_slope=negative_slope),
-        "tanh": torch.tanh,
-        "sigmoid": torch.sigmoid,
-        "gelu": F.gelu,
-        "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
-        "silu": F.silu,
-    }[name]
+    """The activation's PyTorch twin (torch_gemm_act.activations), as its
+    forward function: no module-call overhead in the eager contender."""
+    import torch_gemm_act
+    return torch_gemm_act.activations.torch_module(name, negative_slope).forward
 
 
 def make_eager(activation):

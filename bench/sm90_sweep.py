@@ -1,57 +1,39 @@
-"""Measures the sm90 kernel's tile configurations against each other and
-torch.mm, to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
+"""Measures the sm90 kernel configurations against each other and torch.mm,
+to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
 
-Configurations 0, 1, 4, 13 and 22 (and "auto", the heuristic's own choice)
-exist in every build for fp16/bf16 (fp32: 0, 1 and 25, the cooperative
-kernel without Z's store buffers, for cases that store no Z); the others are
-candidates compiled only with GEMM_ACT_SM90_SWEEP=1, for bf16 and every
-activation (15-17, the rotating kernel; 25). Forcing a configuration that is
-not compiled for a case is an error, so the sweep skips those cases (and
-leaves out of a row one that the build turns out to lack).
-TORCH_GEMM_ACT_SM90_CONFIG, which the
-extension reads on every call, picks the configuration. For each problem
-torch.mm and the configurations take turns, --rounds times, and each keeps
-the median of its rounds: a GPU clock that drifts with heat and power costs
-them all alike (separate processes one after the other measured the same
-kernel up to 10% apart). Each round starts one contender later, so none is
+The configurations are the ones this build compiled, by name, as the package
+lists them (torch_gemm_act.testing.kernels("sm90"), from the table in
+csrc/cuda/sm90/sm90_kernels.py; a GEMM_ACT_LAB=1 build adds the lab's), and
+"auto", the heuristic's own choice. Each case runs only the configurations
+compiled for its dtype (B = weight.t(), K-major) that can store what it
+stores. torch_gemm_act.testing.override(sm90_kernel=...) forces one. For each
+problem torch.mm and the configurations take turns, --rounds times, and each
+keeps the median of its rounds: a GPU clock that drifts with heat and power
+costs them all alike. Each round starts one contender later, so none is
 always the one timed right after torch.mm (2-3% slower under the power cap).
 
-    GEMM_ACT_SM90_SWEEP=1 python setup.py build_ext --inplace
-    python bench/sm90_sweep.py [--configs auto,0,1] [--out sweep.json]
+    python bench/sm90_sweep.py [--configs auto,pingpong_128x128_c1x2] [--out sweep.json]
 """
 
 import argparse
 import json
-import os
 import statistics
 
-# KernelConfig in csrc/cuda/sm90/sm90_launch.h.
-CONFIGS = {
-    "auto": "heuristic",
-    "0": "coop128x256",
-    "1": "pp128x128",
-    "13": "pp128x64",
-    "22": "pp64x128/k128/c1x1",
-    "4": "coop256x128/c2x1",
-    "15": "rot2x128x128",
-    "16": "rot3x128x96",
-    "17": "rot3x64x192",
-    "25": "coop128x256/noZ",
-}
-# In every build, for fp16/bf16 (fp32: auto, 0, 1 and 25).
-RELEASE_CONFIGS = ("auto", "0", "1", "4", "13", "22")
-ENV = "TORCH_GEMM_ACT_SM90_CONFIG"
+SWEEP_DTYPES = {"bf16": "bf16", "fp16": "f16", "tf32": "f32"}  # case dtype -> kernel table dtype
 
 
-def runs_case(cfg, act, dt, store_z):
-    """Whether configuration `cfg` exists for the case."""
-    if cfg == "25":  # no Z store; in release builds for TF32, in sweep builds for bf16 too
-        return dt in ("bf16", "tf32") and not store_z
-    if dt == "tf32":
-        return cfg in ("auto", "0", "1")
-    if cfg in RELEASE_CONFIGS:
+def compiled_configs():
+    import torch_gemm_act
+    return torch_gemm_act.testing.kernels("sm90")
+
+
+def runs_case(cfg, dt, store_z, kernels):
+    """Whether configuration `cfg` exists for the case (weight.t(): a K-major B)."""
+    if cfg == "auto":
         return True
-    return dt == "bf16"  # sweep-only candidates: bf16, every activation
+    return any(k["name"] == cfg and k["dtype"] == SWEEP_DTYPES[dt] and k["b_layout"] == "kmajor"
+               and (k["stores_z"] or not store_z) for k in kernels)
+
 
 # (M, K, N, activation, store Z, dtype)
 CASES = [
@@ -74,13 +56,6 @@ CASES = [
 ]
 
 
-def use_config(cfg):
-    if cfg == "auto":
-        os.environ.pop(ENV, None)
-    else:
-        os.environ[ENV] = cfg
-
-
 def measure(configs, rounds, rep, only=None):
     import torch
     from triton.testing import do_bench
@@ -89,6 +64,11 @@ def measure(configs, rounds, rep, only=None):
 
     def bench(fn):
         return do_bench(fn, warmup=10, rep=rep, return_mode="median")
+
+    kernels = compiled_configs()
+
+    def forced(cfg):
+        return tga.testing.override(sm90_kernel=None if cfg == "auto" else cfg)
 
     out = []
     for case in CASES:
@@ -101,25 +81,17 @@ def measure(configs, rounds, rep, only=None):
         w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
         bias = torch.randn(n, device="cuda", dtype=dtype)
         z_ref = torch.nn.functional.linear(a.float(), w.float(), bias.float())
-        twin = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
-                "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
-                "tanh": torch.tanh, "relu": torch.relu, "none": lambda t: t}[act]
+        twin = tga.activations.torch_module(act)
         y_ref = twin(z_ref)
 
         def run():
             return tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z)
 
-        ran = [c for c in configs if runs_case(c, act, dt, store_z)]
+        ran = [c for c in configs if runs_case(c, dt, store_z, kernels)]
         errs = {}
-        for cfg in list(ran):
-            use_config(cfg)
-            try:
+        for cfg in ran:
+            with forced(cfg):
                 got = run()
-            except RuntimeError as e:  # a candidate this build did not compile (release build)
-                if "cannot run this case" not in str(e):
-                    raise
-                ran.remove(cfg)
-                continue
             got = got[0] if store_z else got
             errs[cfg] = ((got.float() - y_ref).abs().max() / y_ref.abs().max()).item()
         times = {cfg: [] for cfg in ["mm", *ran]}
@@ -130,9 +102,8 @@ def measure(configs, rounds, rep, only=None):
                 if cfg == "mm":
                     times["mm"].append(bench(lambda: torch.mm(a, w.t())))
                 else:
-                    use_config(cfg)
-                    times[cfg].append(bench(run))
-        use_config("auto")
+                    with forced(cfg):
+                        times[cfg].append(bench(run))
         mm_ms = statistics.median(times.pop("mm"))
         out.append({"M": m, "K": k, "N": n, "activation": act, "z": store_z, "dtype": dt,
                     "mm_ms": mm_ms, "ms": {c: statistics.median(t) for c, t in times.items()},
@@ -143,39 +114,41 @@ def measure(configs, rounds, rep, only=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default=",".join(RELEASE_CONFIGS))
+    p.add_argument("--configs", default=None,
+                   help="comma-separated configuration names and/or auto (default: auto and every one compiled)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep", type=int, default=20, help="do_bench time per round, ms")
     p.add_argument("--only", default=None, help="comma-separated MxKxN shapes to run")
     p.add_argument("--out", default=None)
-    p.add_argument("--profile", metavar="M,K,N,ACT,Z",
+    p.add_argument("--profile", metavar="M,K,N,ACT,Z[,CONFIG]",
                    help="run one bf16 case three times and exit (for ncu --launch-skip 2)")
     args = p.parse_args()
     if args.profile:
         profile_one(*args.profile.split(","))
         return
-    configs = args.configs.split(",")
+    configs = (args.configs.split(",") if args.configs
+               else ["auto", *dict.fromkeys(k["name"] for k in compiled_configs())])
     results = measure(configs, args.rounds, args.rep, args.only.split(",") if args.only else None)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"configs": {c: CONFIGS.get(c, "?") for c in configs}, "rows": results}, f, indent=1)
+            json.dump({"configs": configs, "rows": results}, f, indent=1)
 
     print(f"\ntime / torch.mm (bias per column; median of {args.rounds} interleaved rounds); "
           "* marks the best, ! a wrong result, - not run")
     print(f"{'M x K x N':<18}{'dt':<5}{'act':<10}{'Z':<3}{'mm ms':>8}"
-          + "".join(f"{CONFIGS.get(c, c):>24}" for c in configs))
+          + "".join(f"{c:>28}" for c in configs))
     for r in results:
         ratios = {c: ms / r["mm_ms"] for c, ms in r["ms"].items()}
         best = min(ratios, key=ratios.get) if ratios else None  # none of them runs this case
         cells = "".join(
-            f"{ratios[c]:>22.3f}{'*' if c == best else ' '}{'!' if r['err'][c] > 2e-2 else ' '}"
-            if c in ratios else f"{'-':>24}" for c in configs)
+            f"{ratios[c]:>26.3f}{'*' if c == best else ' '}{'!' if r['err'][c] > 2e-2 else ' '}"
+            if c in ratios else f"{'-':>28}" for c in configs)
         shape = f"{r['M']}x{r['K']}x{r['N']}"
         print(f"{shape:<18}{r['dtype']:<5}{r['activation']:<10}"
               f"{'y' if r['z'] else 'n':<3}{r['mm_ms']:>8.3f}" + cells)
 
 
-def profile_one(m, k, n, act, store_z):
+def profile_one(m, k, n, act, store_z, config=None):
     import torch
 
     import torch_gemm_act as tga
@@ -184,8 +157,9 @@ def profile_one(m, k, n, act, store_z):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z == "1")
+    with tga.testing.override(sm90_kernel=config):
+        for _ in range(3):
+            tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z == "1")
     torch.cuda.synchronize()
 
 

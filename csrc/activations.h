@@ -11,6 +11,8 @@
 // `T` is the compute type: float for fp16/bf16/fp32 storage, double for fp64.
 #pragma once
 
+#include <type_traits>
+
 #include "act_math.h"
 #include "gemm_act.h"
 
@@ -25,7 +27,8 @@ struct ActConstants {
 };
 
 // Each activation: `forward<precision>(z, slope)` and `grad(saved, slope)` =
-// act'(z), where `saved` is y = act(z) when kGradFromOutput, else z. `slope`
+// act'(z), where `saved` is y = act(z) when its row of
+// GEMM_ACT_FOR_EACH_ACTIVATION (gemm_act.h) says grad_from_y, else z. `slope`
 // is leaky_relu's negative_slope and ignored elsewhere; `precision`
 // (act_math.h) lets a float forward whose result is rounded to 16 bits take
 // a cheaper formula (GELU does).
@@ -34,7 +37,6 @@ struct Act;
 
 template <>
 struct Act<Activation::None> {
-  static constexpr bool kGradFromOutput = true;
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return z; }
   template <class T>
@@ -43,7 +45,6 @@ struct Act<Activation::None> {
 
 template <>
 struct Act<Activation::ReLU> {
-  static constexpr bool kGradFromOutput = true;
   // `z < 0 ? 0 : z` keeps NaN (and -0.0) as torch.relu does.
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return z < T(0) ? T(0) : z; }
@@ -55,7 +56,6 @@ struct Act<Activation::ReLU> {
 template <>
 struct Act<Activation::LeakyReLU> {
   // Valid for slope >= 0 (checked by the op): then y > 0 exactly when z > 0.
-  static constexpr bool kGradFromOutput = true;
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T slope) { return z > T(0) ? z : z * slope; }
   template <class T>
@@ -64,7 +64,6 @@ struct Act<Activation::LeakyReLU> {
 
 template <>
 struct Act<Activation::Tanh> {
-  static constexpr bool kGradFromOutput = true;
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return math::tanh(z); }
   template <class T>
@@ -73,7 +72,6 @@ struct Act<Activation::Tanh> {
 
 template <>
 struct Act<Activation::Sigmoid> {
-  static constexpr bool kGradFromOutput = true;
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return math::times_sigmoid(T(1), z); }
   template <class T>
@@ -82,7 +80,6 @@ struct Act<Activation::Sigmoid> {
 
 template <>
 struct Act<Activation::GELU> {
-  static constexpr bool kGradFromOutput = false;
   template <Precision kP = Precision::kFloat, class T>
   GEMM_ACT_HD static T cdf(T z) { return math::normal_cdf<kP>(z); }
   template <Precision kP = Precision::kFloat, class T>
@@ -96,7 +93,6 @@ struct Act<Activation::GELU> {
 
 template <>
 struct Act<Activation::GELUTanh> {
-  static constexpr bool kGradFromOutput = false;
   // PyTorch's 0.5 z (1 + tanh(u)) is z sigmoid(2u), which has no
   // cancellation where tanh(u) is near -1 (PyTorch's float result is 0
   // there) and no branch: u = sqrt(2/pi) (z + 0.044715 z^3), and
@@ -122,7 +118,6 @@ struct Act<Activation::GELUTanh> {
 
 template <>
 struct Act<Activation::SiLU> {
-  static constexpr bool kGradFromOutput = false;
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T forward(T z, T) { return math::times_sigmoid(z, z); }
   template <class T>
@@ -139,56 +134,50 @@ GEMM_ACT_HD T activate(T z, T slope) {
   return Act<kAct>::template forward<precision_for_bytes(sizeof(Stored))>(z, slope);
 }
 
-// The public name of each activation (DESIGN.md's table).
-constexpr const char* activation_name(Activation act) {
-  switch (act) {
-    case Activation::None: return "none";
-    case Activation::ReLU: return "relu";
-    case Activation::LeakyReLU: return "leaky_relu";
-    case Activation::Tanh: return "tanh";
-    case Activation::Sigmoid: return "sigmoid";
-    case Activation::GELU: return "gelu";
-    case Activation::GELUTanh: return "gelu_tanh";
-    case Activation::SiLU: return "silu";
-  }
-  return "?";
-}
-constexpr int kNumActivations = 8;
+// What the table (gemm_act.h) says of each activation, indexed by its enum.
+struct ActivationInfo {
+  const char* name;
+  bool grad_from_y;  // the backward uses Y (then Z is never written)
+  bool uses_slope;   // it reads negative_slope
+};
 
-// Whether the backward can use Y instead of Z (then Z is never written).
+inline constexpr ActivationInfo kActivationInfo[] = {
+#define GEMM_ACT_INFO(e, name, from_y, slope) {name, from_y, slope},
+    GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_INFO)
+#undef GEMM_ACT_INFO
+};
+
+constexpr const char* activation_name(Activation act) {
+  return kActivationInfo[static_cast<int>(act)].name;
+}
 constexpr bool grad_from_output(Activation act) {
+  return kActivationInfo[static_cast<int>(act)].grad_from_y;
+}
+constexpr bool uses_slope(Activation act) { return kActivationInfo[static_cast<int>(act)].uses_slope; }
+
+// Calls f(std::integral_constant<Activation, act>{}): a run-time activation
+// becomes a compile-time one, once per launch.
+template <class F>
+void dispatch_activation(Activation act, F&& f) {
   switch (act) {
-    case Activation::GELU:
-    case Activation::GELUTanh:
-    case Activation::SiLU:
-      return false;
-    default:
-      return true;
+#define GEMM_ACT_DISPATCH_CASE(e, name, from_y, slope)                  \
+  case Activation::e:                                                   \
+    f(std::integral_constant<Activation, Activation::e>{});             \
+    break;
+    GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_DISPATCH_CASE)
+#undef GEMM_ACT_DISPATCH_CASE
   }
 }
 
 }  // namespace gemm_act
 
-// Turns a run-time Activation into the compile-time constant `kAct` inside
-// __VA_ARGS__ (a lambda body or statement), once per kernel launch.
-#define GEMM_ACT_CASE_ACTIVATION(ENUM, ...)               \
-  case ENUM: {                                            \
-    constexpr ::gemm_act::Activation kAct = ENUM;         \
-    __VA_ARGS__;                                          \
-    break;                                                \
-  }
-
-#define GEMM_ACT_DISPATCH_ACTIVATION(ACT, ...)                                       \
-  switch (ACT) {                                                                     \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::None, __VA_ARGS__)              \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::ReLU, __VA_ARGS__)              \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::LeakyReLU, __VA_ARGS__)         \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::Tanh, __VA_ARGS__)              \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::Sigmoid, __VA_ARGS__)           \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::GELU, __VA_ARGS__)              \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::GELUTanh, __VA_ARGS__)          \
-    GEMM_ACT_CASE_ACTIVATION(::gemm_act::Activation::SiLU, __VA_ARGS__)              \
-  }
+// Runs __VA_ARGS__ (statements) with the run-time activation ACT as the
+// compile-time constant `kAct`.
+#define GEMM_ACT_DISPATCH_ACTIVATION(ACT, ...)                                  \
+  ::gemm_act::dispatch_activation((ACT), [&](auto gemm_act_tag_) {             \
+    constexpr ::gemm_act::Activation kAct = decltype(gemm_act_tag_)::value;     \
+    __VA_ARGS__;                                                                \
+  })
 
 #define GEMM_ACT_CASE_BIAS(ENUM, ...)                 \
   case ENUM: {                                        \

@@ -1,4 +1,4 @@
-// The backward of gemm_act (DESIGN.md, "Backward"), registered for the
+// The backward of gemm_act (docs/DESIGN.md, "Backward"), registered for the
 // Autograd dispatch key: in C++, so that a call with inputs that require
 // grad costs about what an ATen op costs. (The same logic written in Python
 // through torch.library.register_autograd added about 70 us of host time to
@@ -19,13 +19,17 @@
 
 #include "activations.h"
 #include "gemm_act.h"
-#include "ops.h"
+#include "checks.h"
 
 namespace gemm_act {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// The identity activation's name: the pre-activation itself, and the
+// pass-through of Z's own gradient.
+constexpr const char* kIdentity = activation_name(Activation::None);
 
 using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
@@ -160,15 +164,16 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
       if (!saved.defined()) {
         // The op was called directly with store_preact=False for an activation
         // whose derivative needs Z (gemm_act() never does this): recompute Z.
-        saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), "none", alpha, beta,
-                                          0.0, false));
+        saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), kIdentity, alpha,
+                                          beta, 0.0, false));
       }
       std::tie(grad_pre, grad_bias) =
           call_activation_backward(grad_y, saved, bias_for_grad, activation, negative_slope);
     }
     if (grad_z.defined() && store_preact) {
       // Z was returned to the user and used: its gradient adds to dZ (and dbias).
-      auto [grad_pre_z, grad_bias_z] = call_activation_backward(grad_z, grad_z, bias_for_grad, "none", 0.0);
+      auto [grad_pre_z, grad_bias_z] =
+          call_activation_backward(grad_z, grad_z, bias_for_grad, kIdentity, 0.0);
       if (!grad_pre.defined()) {
         grad_pre = grad_pre_z;
         grad_bias = grad_bias_z;

@@ -15,18 +15,34 @@ namespace gemm_act {
 // extra launches, a large share of so small a problem's time.
 constexpr int64_t kMinMultiplyAddsToAlign = int64_t{1} << 26;
 
+// The activations, one row each: enumerator, public name (the API's string),
+// whether act'(z) is computed from Y (then Z is never written for the
+// backward) rather than from Z, and whether it takes negative_slope. Each
+// one's formula is Act<> in activations.h; the enum, the names, the
+// dispatch, every kernel family's instantiations and the Python list
+// (torch_gemm_act/activations.py) derive from this table.
+#define GEMM_ACT_FOR_EACH_ACTIVATION(X)                      \
+  /* X(enumerator, name, grad_from_y, uses_slope) */         \
+  X(None, "none", true, false)                               \
+  X(ReLU, "relu", true, false)                               \
+  X(LeakyReLU, "leaky_relu", true, true)                     \
+  X(Tanh, "tanh", true, false)                               \
+  X(Sigmoid, "sigmoid", true, false)                         \
+  X(GELU, "gelu", false, false)                              \
+  X(GELUTanh, "gelu_tanh", false, false)                     \
+  X(SiLU, "silu", false, false)
+
 enum class Activation : int {
-  None = 0,
-  ReLU,
-  LeakyReLU,
-  Tanh,
-  Sigmoid,
-  GELU,
-  GELUTanh,
-  SiLU,
+#define GEMM_ACT_ENUMERATOR(e, name, from_y, slope) e,
+  GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_ENUMERATOR)
+#undef GEMM_ACT_ENUMERATOR
 };
 
-// How the bias broadcasts against the [M, N] output (DESIGN.md, "Bias").
+#define GEMM_ACT_COUNT(e, name, from_y, slope) +1
+constexpr int kNumActivations = 0 GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_COUNT);
+#undef GEMM_ACT_COUNT
+
+// How the bias broadcasts against the [M, N] output (docs/DESIGN.md, "Bias").
 enum class BiasKind : int {
   None = 0,
   Scalar,     // (), (1,), (1, 1): one value

@@ -1,16 +1,20 @@
-import os
+import pytest
+import torch
 
-# Outputs are filled with NaN before each kernel writes them, so an element a
-# kernel forgets to write fails the comparison (read once, at the first op).
-os.environ.setdefault("TORCH_GEMM_ACT_POISON_OUTPUTS", "1")
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import torch_gemm_act.testing
 
 HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _poison_outputs():
+    # Outputs are filled with NaN before each kernel writes them, so an
+    # element a kernel forgets to write fails the comparison.
+    with torch_gemm_act.testing.override(poison_outputs=True):
+        yield
 
 
 @pytest.fixture(params=DEVICES)

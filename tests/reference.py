@@ -2,24 +2,15 @@
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import torch_gemm_act  # noqa: F401  (registers torch.ops.gemm_act)
 
 ACTIVATIONS = torch_gemm_act.ACTIVATIONS
 
-# The PyTorch twin of each activation (DESIGN.md's table); none -> identity.
+
 def torch_twin(activation, negative_slope=0.01):
-    return {
-        "none": nn.Identity(),
-        "relu": nn.ReLU(),
-        "leaky_relu": nn.LeakyReLU(negative_slope),
-        "tanh": nn.Tanh(),
-        "sigmoid": nn.Sigmoid(),
-        "gelu": nn.GELU(),
-        "gelu_tanh": nn.GELU(approximate="tanh"),
-        "silu": nn.SiLU(),
-    }[activation]
+    """The PyTorch module each activation reproduces (nn.Identity for none)."""
+    return torch_gemm_act.activations.torch_module(activation, negative_slope)
 
 
 # Tolerances per dtype (rtol, atol) for outputs of order one.

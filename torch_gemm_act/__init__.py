@@ -4,5 +4,6 @@ from .activations import ACTIVATIONS
 from .functional import gemm_act, linear_act
 from .fuse import fuse_linear_act
 from .modules import LinearAct
+from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "gemm_act", "linear_act", "LinearAct", "fuse_linear_act"]

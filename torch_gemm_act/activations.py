@@ -1,18 +1,74 @@
-"""Activation names of the public API and which of them differentiate from Y.
+"""The activations of the public API.
 
-The formulas themselves live once, in csrc/activations.h.
+Their names, formulas and backward rules are declared once, in C++
+(GEMM_ACT_FOR_EACH_ACTIVATION in csrc/gemm_act.h, Act<> in
+csrc/activations.h); the lists here come from the compiled extension. What
+this file adds is each one's PyTorch twin: the module whose output it
+reproduces, which fuse_linear_act replaces and the tests compare against.
 """
 
-ACTIVATIONS = ("none", "relu", "leaky_relu", "tanh", "sigmoid", "gelu", "gelu_tanh", "silu")
+from torch import nn
 
-# act'(z) is a function of y = act(z) for these (leaky_relu with slope >= 0,
-# which the op enforces): the backward uses Y and Z is never written.
-GRAD_FROM_OUTPUT = frozenset({"none", "relu", "leaky_relu", "tanh", "sigmoid"})
+from . import _C
+
+_TABLE = _C.activations()
+
+ACTIVATIONS = tuple(name for name, _, _ in _TABLE)
+
+# act'(z) is a function of y = act(z) for these: the backward uses Y and Z is
+# never written.
+GRAD_FROM_OUTPUT = frozenset(name for name, from_y, _ in _TABLE if from_y)
+
+# These read negative_slope.
+USES_SLOPE = frozenset(name for name, _, slope in _TABLE if slope)
+
+# The defaults of the public API.
+IDENTITY = "none"
+GELU = "gelu"
+
+# name -> (the twin module's class, the attributes that make it this one).
+_TWINS = {
+    "none": (nn.Identity, {}),
+    "relu": (nn.ReLU, {}),
+    "leaky_relu": (nn.LeakyReLU, {}),
+    "tanh": (nn.Tanh, {}),
+    "sigmoid": (nn.Sigmoid, {}),
+    "gelu": (nn.GELU, {"approximate": "none"}),
+    "gelu_tanh": (nn.GELU, {"approximate": "tanh"}),
+    "silu": (nn.SiLU, {}),
+}
+if set(_TWINS) != set(ACTIVATIONS):
+    raise ImportError(f"torch_gemm_act: the PyTorch twins ({sorted(_TWINS)}) do not match the "
+                      f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
 
 
 def check_activation(activation, negative_slope=0.01):
-    """Raises ValueError for an unknown activation or a bad leaky_relu slope."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}")
-    if activation == "leaky_relu" and not negative_slope >= 0:
-        raise ValueError(f"leaky_relu needs negative_slope >= 0, got {negative_slope}")
+    """Raises ValueError for an unknown activation or a slope it cannot take,
+    as the operator would."""
+    _C.check_activation(str(activation), float(negative_slope))
+
+
+def torch_module(activation, negative_slope=0.01):
+    """The PyTorch module `activation` reproduces (nn.Identity for none)."""
+    check_activation(activation, negative_slope)
+    cls, attrs = _TWINS[activation]
+    if activation in USES_SLOPE:
+        attrs = {**attrs, "negative_slope": negative_slope}
+    return cls(**attrs)
+
+
+def from_module(module):
+    """(activation, negative_slope) for a module this project computes, else
+    None. nn.Identity is no activation to fuse."""
+    for name, (cls, attrs) in _TWINS.items():
+        if cls is nn.Identity or type(module) is not cls:
+            continue
+        if any(getattr(module, key, None) != value for key, value in attrs.items()):
+            continue
+        slope = float(module.negative_slope) if name in USES_SLOPE else 0.01
+        try:
+            check_activation(name, slope)
+        except ValueError:
+            return None
+        return name, slope
+    return None

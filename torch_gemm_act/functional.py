@@ -3,10 +3,10 @@
 import torch
 
 from . import ops
-from .activations import GRAD_FROM_OUTPUT
+from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
 
 
-def gemm_act(a, b, bias=None, c=None, *, activation="none", alpha=1.0, beta=0.0,
+def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
              negative_slope=0.01, return_preact=False):
     """Y = act(alpha * a @ b + beta * c + bias) in one fused GEMM.
 
@@ -16,7 +16,7 @@ def gemm_act(a, b, bias=None, c=None, *, activation="none", alpha=1.0, beta=0.0,
     and device. With ``return_preact=True`` returns (Y, Z) where Z is the
     pre-activation. As in ``torch.addmm``, c is not read when beta == 0.
     """
-    # The operator checks every argument (csrc/ops.cpp); nothing is re-checked here.
+    # The operator checks every argument (csrc/checks.cpp); nothing is re-checked here.
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a, b, bias, c)
     )
@@ -27,7 +27,7 @@ def gemm_act(a, b, bias=None, c=None, *, activation="none", alpha=1.0, beta=0.0,
     return (y, z) if return_preact else y
 
 
-def linear_act(x, weight, bias=None, activation="gelu", negative_slope=0.01):
+def linear_act(x, weight, bias=None, activation=GELU, negative_slope=0.01):
     """act(F.linear(x, weight, bias)) in one kernel; weight is [N, K] as in nn.Linear."""
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__

@@ -2,25 +2,8 @@
 
 from torch import nn
 
+from .activations import from_module
 from .modules import LinearAct
-
-
-def _activation_of(module):
-    """(name, negative_slope) of a supported activation module, else None."""
-    kind = type(module)
-    if kind is nn.ReLU:
-        return "relu", 0.01
-    if kind is nn.LeakyReLU and module.negative_slope >= 0:
-        return "leaky_relu", module.negative_slope
-    if kind is nn.Tanh:
-        return "tanh", 0.01
-    if kind is nn.Sigmoid:
-        return "sigmoid", 0.01
-    if kind is nn.GELU:
-        return ("gelu_tanh" if module.approximate == "tanh" else "gelu"), 0.01
-    if kind is nn.SiLU:
-        return "silu", 0.01
-    return None
 
 
 def fuse_linear_act(model):
@@ -34,7 +17,7 @@ def fuse_linear_act(model):
         names = list(container._modules.keys())
         for first, second in zip(names, names[1:]):
             linear, act_module = container._modules[first], container._modules[second]
-            act = _activation_of(act_module)
+            act = from_module(act_module)
             if type(linear) is not nn.Linear or act is None:
                 continue
             name, slope = act

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .activations import check_activation
+from .activations import GELU, USES_SLOPE, check_activation
 from .functional import linear_act
 
 
@@ -18,7 +18,7 @@ class LinearAct(nn.Module):
 
     __constants__ = ["in_features", "out_features", "activation", "negative_slope"]
 
-    def __init__(self, in_features, out_features, bias=True, activation="gelu",
+    def __init__(self, in_features, out_features, bias=True, activation=GELU,
                  negative_slope=0.01, device=None, dtype=None):
         super().__init__()
         check_activation(activation, negative_slope)
@@ -39,7 +39,7 @@ class LinearAct(nn.Module):
         nn.Linear.reset_parameters(self)
 
     @classmethod
-    def from_linear(cls, linear, activation="gelu", negative_slope=0.01):
+    def from_linear(cls, linear, activation=GELU, negative_slope=0.01):
         """A LinearAct that shares ``linear``'s weight and bias (no copy)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_linear expects an nn.Linear, got {type(linear).__name__}")
@@ -55,6 +55,6 @@ class LinearAct(nn.Module):
     def extra_repr(self):
         text = (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, activation={self.activation!r}")
-        if self.activation == "leaky_relu":
+        if self.activation in USES_SLOPE:
             text += f", negative_slope={self.negative_slope}"
         return text

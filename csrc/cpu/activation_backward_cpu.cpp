@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "activations.h"
-#include "backends.h"
+#include "cpu/cpu_backend.h"
 
 namespace gemm_act {
 namespace {

@@ -1,12 +1,14 @@
 // CPU forward: ATen's GEMM into an opmath accumulator, then one fused pass
-// that adds beta*C and the bias, applies the activation and stores Y (and Z).
+// that adds beta*C and the bias (preact.h), applies the activation and
+// stores Y (and Z).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include "activations.h"
-#include "backends.h"
+#include "cpu/cpu_backend.h"
+#include "preact.h"
 
 namespace gemm_act {
 namespace {
@@ -25,17 +27,21 @@ void fused_epilogue(const GemmActArgs& args, const at::Tensor& acc) {
   auto* z = static_cast<scalar_t*>(p.z);
   const int64_t n = p.n;
 
+  constexpr bool kColumnBias = kBias == BiasKind::PerColumn || kBias == BiasKind::Scalar;
+  const PreactTerms<opmath_t> terms{alpha, beta, c != nullptr, kColumnBias, kBias == BiasKind::PerRow};
+
   at::parallel_for(0, p.m, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)),
                    [&](int64_t row_begin, int64_t row_end) {
     for (int64_t row = row_begin; row < row_end; ++row) {
       for (int64_t col = 0; col < n; ++col) {
-        opmath_t pre = alpha * acc_ptr[row * n + col];
-        if (c != nullptr) pre += beta * static_cast<opmath_t>(c[row * p.c_stride_m + col * p.c_stride_n]);
-        if constexpr (kBias == BiasKind::Scalar) pre += static_cast<opmath_t>(bias[0]);
-        if constexpr (kBias == BiasKind::PerColumn) pre += static_cast<opmath_t>(bias[col]);
-        if constexpr (kBias == BiasKind::PerRow) pre += static_cast<opmath_t>(bias[row]);
-        y[row * n + col] = static_cast<scalar_t>(activate<kAct, scalar_t>(pre, slope));
-        if (z != nullptr) z[row * n + col] = static_cast<scalar_t>(pre);
+        opmath_t pre[1] = {acc_ptr[row * n + col]};
+        add_preact_terms<1>(
+            pre, terms,
+            [&](int) { return static_cast<opmath_t>(c[row * p.c_stride_m + col * p.c_stride_n]); },
+            [&](int) { return static_cast<opmath_t>(bias[kBias == BiasKind::PerColumn ? col : 0]); },
+            [&](int) { return static_cast<opmath_t>(bias[row]); });
+        y[row * n + col] = static_cast<scalar_t>(activate<kAct, scalar_t>(pre[0], slope));
+        if (z != nullptr) z[row * n + col] = static_cast<scalar_t>(pre[0]);
       }
     }
   });

@@ -27,7 +27,8 @@
 #include <cstdio>
 
 #include "activations.h"
-#include "backends.h"
+#include "backend_args.h"
+#include "cuda/cuda_backends.h"
 #include "cuda/common/nvtx_range.h"
 #include "cuda/backward/activation_backward.h"
 #include "gemm_act.h"

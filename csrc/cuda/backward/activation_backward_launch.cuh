@@ -1,6 +1,6 @@
 // Picks the backward kernel for a plan and launches it; reports its
 // occupancy. Included only by the per-dtype .cu files, each of which
-// instantiates these for its storage type (8 activations x
+// instantiates these for its storage type (every activation x
 // vector or scalar access, column- or row-parallel: 32 kernels).
 #pragma once
 
@@ -55,11 +55,12 @@ template <class Element>
 int activation_backward_blocks_per_sm(Activation activation, BiasKind bias_kind, bool vec) {
   constexpr int kMaxDevices = 64;
   // [device][activation][bias kind][vec]; 0 = not yet known.
-  static std::atomic<int> cache[kMaxDevices][8][4][2];
+  static std::atomic<int> cache[kMaxDevices][kNumActivations][4][2];
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   const int a = static_cast<int>(activation), b = static_cast<int>(bias_kind), v = vec ? 1 : 0;
-  const bool cached = device >= 0 && device < kMaxDevices && a >= 0 && a < 8 && b >= 0 && b < 4;
+  const bool cached =
+      device >= 0 && device < kMaxDevices && a >= 0 && a < kNumActivations && b >= 0 && b < 4;
   if (cached) {
     const int known = cache[device][a][b][v].load(std::memory_order_relaxed);
     if (known > 0) return known;

@@ -3,7 +3,7 @@
 // Given accumulator values (alpha * A @ B not yet applied) and the output
 // coordinates they belong to, it computes, in the compute type:
 //
-//     z = alpha * acc + beta * C[row, col] + bias      (C term only when C exists)
+//     z = alpha * acc + beta * C[row, col] + bias      (preact.h)
 //     y = Act<kAct>::forward(z, slope)
 //
 // and stores y (and z when requested) into the contiguous [M, N] outputs,
@@ -22,6 +22,7 @@
 #include "activations.h"
 #include "cuda/common/numeric.cuh"
 #include "gemm_act.h"
+#include "preact.h"
 
 namespace gemm_act {
 namespace gpu {
@@ -84,11 +85,9 @@ struct EpilogueBiasAct {
     if constexpr (kBias == BiasKind::Scalar) bias_scalar = Num::to_compute(Num::load(p.bias));
   }
 
-  // The bias term of every element of `row` that does not depend on the
-  // column (PerRow, Scalar); zero otherwise. `row` must be < m.
+  // bias[row] (PerRow); zero otherwise. `row` must be < m.
   __device__ __forceinline__ Compute row_bias(int64_t row) const {
     if constexpr (kBias == BiasKind::PerRow) return Num::to_compute(Num::load(p.bias + row));
-    if constexpr (kBias == BiasKind::Scalar) return bias_scalar;
     return Compute(0);
   }
 
@@ -112,19 +111,27 @@ struct EpilogueBiasAct {
     const Compute rbias = row_bias(row);
     const Element* c_row = p.c == nullptr ? nullptr : p.c + row * p.c_stride_m + col0 * p.c_stride_n;
 
+    Compute z[kW];
+#pragma unroll
+    for (int j = 0; j < kW; ++j) z[j] = acc[j];
+    constexpr bool kColumnBias = kBias == BiasKind::PerColumn || kBias == BiasKind::Scalar;
+    const PreactTerms<Compute> terms{p.alpha, p.beta, c_row != nullptr, kColumnBias,
+                                     kBias == BiasKind::PerRow};
+    add_preact_terms<kW>(
+        z, terms,
+        [&](int j) { return j < inside ? Num::to_compute(Num::load(c_row + j * p.c_stride_n)) : Compute(0); },
+        [&](int j) {
+          if constexpr (kBias == BiasKind::PerColumn) {
+            return j < inside ? Num::to_compute(Num::load(p.bias + col0 + j)) : Compute(0);
+          }
+          return bias_scalar;
+        },
+        [&](int) { return rbias; });
     AlignedArray<Element, kW> y_out, z_out;
 #pragma unroll
     for (int j = 0; j < kW; ++j) {
-      // z = alpha * acc + beta * C + bias, in the order the CPU path adds them.
-      Compute z = p.alpha * acc[j];
-      if (c_row != nullptr && j < inside) z += p.beta * Num::to_compute(Num::load(c_row + j * p.c_stride_n));
-      if constexpr (kBias == BiasKind::PerColumn) {
-        if (j < inside) z += Num::to_compute(Num::load(p.bias + col0 + j));
-      } else if constexpr (kBias != BiasKind::None) {
-        z += rbias;
-      }
-      y_out.v[j] = Num::from_compute(activate<kAct, Element>(z, p.slope));
-      z_out.v[j] = Num::from_compute(z);
+      y_out.v[j] = Num::from_compute(activate<kAct, Element>(z[j], p.slope));
+      z_out.v[j] = Num::from_compute(z[j]);
     }
 
     const int64_t offset = row * p.n + col0;

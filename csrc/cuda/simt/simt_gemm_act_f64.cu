@@ -1,4 +1,4 @@
-// SIMT forward kernels for double storage: 8 activations x 4 bias kinds.
+// SIMT forward kernels for double storage: every activation x 4 bias kinds.
 #include "cuda/simt/simt_gemm_act_launch.cuh"
 
 namespace gemm_act {

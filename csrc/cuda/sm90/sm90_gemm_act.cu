@@ -1,7 +1,7 @@
-// The sm90 entry: decides whether the TMA + wgmma kernel can take a case
-// (directly, or through aligned copies: sm90_staging.h), picks its launch
-// options and runs it. The kernels themselves live in
-// sm90_inst_<dtype>_<b layout>.cu; this file sees PyTorch and no CUTLASS.
+// The sm90 entry: decides whether the TMA + wgmma kernels can take a case
+// (directly, or through aligned copies: sm90_staging.h), picks the kernel
+// (sm90_heuristic.h) and runs it. The kernels themselves are generated from
+// sm90_kernels.py; this file sees PyTorch and no CUTLASS.
 #include "cuda/sm90/sm90_gemm_act.h"
 
 #include <ATen/Context.h>
@@ -12,16 +12,17 @@
 
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "activations.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
 #include "cuda/sm90/sm90_staging.h"
 #include "cuda/sm90/sm90_tma_rules.h"
+#include "testing.h"
 
 namespace gemm_act {
 namespace sm90 {
@@ -50,16 +51,6 @@ const DeviceInfo& device_info(int device) {
   return info[device];
 }
 
-// TORCH_GEMM_ACT_DISABLE_SM90=1 sends every case to the fallback (for A/B
-// comparisons and for ruling this kernel out when debugging).
-bool disabled_by_env() {
-  static const bool disabled = [] {
-    const char* env = std::getenv("TORCH_GEMM_ACT_DISABLE_SM90");
-    return env != nullptr && std::string(env) == "1";
-  }();
-  return disabled;
-}
-
 // The workspace (if a kernel needs one) comes from PyTorch's caching
 // allocator on the current stream and lives until try_gemm_act returns, which
 // is after the launch: the allocator reuses it only in stream order.
@@ -74,26 +65,44 @@ void* alloc_workspace(void* ctx, size_t bytes) {
   return ws->buffer.data_ptr();
 }
 
-template <Dtype kDtype, BLayout kB>
-LaunchResult launch(const LaunchArgs& la, Activation act) {
-  LaunchResult result{LaunchStatus::kNotImplementable, cudaSuccess, "activation"};
-  GEMM_ACT_DISPATCH_ACTIVATION(act, result = launch_gemm_act<kDtype, kB, kAct>(la));
+const char* dtype_name(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::F16: return "f16";
+    case Dtype::BF16: return "bf16";
+    case Dtype::F32: return "f32";
+  }
+  return "?";
+}
+
+const char* layout_name(BLayout layout) { return layout == BLayout::KMajor ? "kmajor" : "nmajor"; }
+
+// Runs kernel (config, dtype, layout, act) if this build compiled it.
+LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation act,
+                    const LaunchArgs& la) {
+  LaunchResult result{LaunchStatus::kUnknownConfig, cudaSuccess,
+                      "the configuration is not compiled for this dtype and B layout"};
+#define GEMM_ACT_SM90_CASE(C, D, L)                                                      \
+  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {          \
+    GEMM_ACT_DISPATCH_ACTIVATION(                                                        \
+        act, result = launch_kernel<KernelConfig::C, Dtype::D, BLayout::L, kAct>(la));  \
+    return result;                                                                       \
+  }
+  GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_CASE)
+#undef GEMM_ACT_SM90_CASE
   return result;
 }
 
-LaunchResult launch(Dtype dtype, BLayout layout, const LaunchArgs& la, Activation act) {
-  switch (dtype) {
-    case Dtype::BF16:
-      return layout == BLayout::KMajor ? launch<Dtype::BF16, BLayout::KMajor>(la, act)
-                                       : launch<Dtype::BF16, BLayout::NMajor>(la, act);
-    case Dtype::F16:
-      return layout == BLayout::KMajor ? launch<Dtype::F16, BLayout::KMajor>(la, act)
-                                       : launch<Dtype::F16, BLayout::NMajor>(la, act);
-    case Dtype::F32:
-      TORCH_INTERNAL_ASSERT(layout == BLayout::KMajor, "gemm_act: TF32 needs a K-major B");
-      return launch<Dtype::F32, BLayout::KMajor>(la, act);
+// The configuration named `name` (the testing switch's sm90_kernel).
+KernelConfig config_named(const std::string& name) {
+  std::string known;
+  for (int i = 0; i < kNumKernelConfigs; ++i) {
+    const auto config = static_cast<KernelConfig>(i);
+    if (name == config_name(config)) return config;
+    known += known.empty() ? "" : ", ";
+    known += config_name(config);
   }
-  return {LaunchStatus::kNotImplementable, cudaSuccess, "dtype"};
+  TORCH_CHECK_VALUE(false, "gemm_act: no sm90 kernel configuration '", name,
+                    "' in this build; expected one of: ", known);
 }
 
 // The storage type of a case the sm90 kernel computes the way torch.mm
@@ -114,8 +123,6 @@ std::optional<Dtype> sm90_dtype(at::ScalarType type) {
   }
 }
 
-int64_t element_bytes(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
-
 // Launches on operands TMA can address (checked by the caller).
 bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device,
                 const DeviceInfo& info, cudaStream_t stream) {
@@ -128,21 +135,20 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   la.alloc_workspace = &alloc_workspace;
   la.alloc_ctx = &workspace;
   la.stream = stream;
-  const CompiledConfigs compiled = layout != BLayout::KMajor ? CompiledConfigs::kCooperativeOnly
-                                   : dtype == Dtype::F32      ? CompiledConfigs::kTf32
-                                                              : CompiledConfigs::kAll;
-  choose_launch(p, element_bytes(dtype), compiled, la);
+  choose_launch(p, dtype, layout, la);
+  if (testing::active()) {
+    const std::string forced = testing::overrides().sm90_kernel;
+    if (!forced.empty()) la.config = config_named(forced);
+  }
 
-  const LaunchResult result = launch(dtype, layout, la, p.activation);
+  const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return false;
-  TORCH_CHECK(result.status != LaunchStatus::kUnknownConfig,
-              "gemm_act: TORCH_GEMM_ACT_SM90_CONFIG=", static_cast<int>(la.config),
-              " cannot run this case (", result.what, "): ",
-              dtype == Dtype::F32 ? "fp32" : dtype == Dtype::F16 ? "fp16" : "bf16", ", ",
-              layout == BLayout::KMajor ? "column" : "row", "-major B, activation '",
+  TORCH_CHECK(result.status != LaunchStatus::kUnknownConfig, "gemm_act: the forced sm90 kernel '",
+              config_name(la.config), "' cannot run this case (", result.what, "): ",
+              dtype_name(dtype), ", ", layout_name(layout), " B, activation '",
               activation_name(p.activation), "'", p.z != nullptr ? ", Z stored" : "",
-              " (KernelConfig in csrc/cuda/sm90/sm90_launch.h lists the configurations); unset "
-              "it to let the heuristic choose");
+              " (torch_gemm_act.testing.kernels() lists what is compiled); leave sm90_kernel unset "
+              "to let the heuristic choose");
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_act: the sm90 kernel failed at ",
               result.what, ": ", cudaGetErrorString(result.error));
   return true;
@@ -152,7 +158,7 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
 
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   const GemmActParams& p = args.params;
-  if (disabled_by_env() || !args.a.defined() || !args.a.is_cuda()) return false;
+  if (!args.a.defined() || !args.a.is_cuda()) return false;
   const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
   if (!dtype.has_value()) return false;
 
@@ -182,6 +188,16 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
               "gemm_act: the sm90 kernel declined a staged case");
   copy_out(staged);
   return true;
+}
+
+std::vector<KernelInfo> compiled_kernels() {
+  std::vector<KernelInfo> out;
+#define GEMM_ACT_SM90_INFO(C, D, L)                                                        \
+  out.push_back({"sm90", config_name(KernelConfig::C), dtype_name(Dtype::D),               \
+                 layout_name(BLayout::L), config_stores_z(KernelConfig::C)});
+  GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
+#undef GEMM_ACT_SM90_INFO
+  return out;
 }
 
 }  // namespace sm90

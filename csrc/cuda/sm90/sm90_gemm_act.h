@@ -1,9 +1,8 @@
 // Hopper (sm_90a) tensor-core forward: TMA + wgmma, warp-specialised,
 // persistent, with the bias/activation/Z epilogue fused (CUTLASS 3 / CuTe).
 //
-// The one entry point dispatch.cu calls. It takes the case or declines it:
-//
-//   if (!gemm_act::sm90::try_gemm_act(args, stream)) { ...fallback kernel... }
+// The entry the CUDA dispatch rule (cuda/register_cuda.cpp) calls. It takes
+// the case or declines it.
 //
 // It returns false, having done nothing, when the device is not sm_90 or the
 // operands are not what TMA can read (see try_gemm_act in sm90_gemm_act.cu
@@ -12,7 +11,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backends.h"
+#include <vector>
+
+#include "backend_args.h"
+#include "cuda/cuda_backends.h"
 
 namespace gemm_act {
 namespace sm90 {
@@ -20,6 +22,9 @@ namespace sm90 {
 // Runs Y = act(alpha * A @ B + beta * C + bias) (and Z) on `stream` (the
 // current stream of args' device) when the sm90 kernel can; false otherwise.
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
+
+// The configurations this build compiled, with their dtypes and B layouts.
+std::vector<KernelInfo> compiled_kernels();
 
 }  // namespace sm90
 }  // namespace gemm_act

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "backends.h"
+#include "backend_args.h"
 
 namespace gemm_act {
 namespace sm90 {

@@ -1,0 +1,46 @@
+// Autocast: cast like F.linear (to the autocast dtype; float64 stays), then
+// run the op with autocast off so autograd and the kernels see one dtype.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+namespace gemm_act {
+namespace {
+
+using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
+
+template <c10::DeviceType kDevice>
+std::tuple<at::Tensor, at::Tensor> gemm_act_autocast(const at::Tensor& a, const at::Tensor& b,
+                                                     const std::optional<at::Tensor>& bias,
+                                                     const std::optional<at::Tensor>& c,
+                                                     c10::string_view activation, double alpha,
+                                                     double beta, double negative_slope,
+                                                     bool store_preact) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(
+      at::autocast::get_autocast_dispatch_key_from_device_type(kDevice));
+  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(kDevice);
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("gemm_act::gemm_act", "")
+                       .typed<GemmActSignature>();
+  return op.call(at::autocast::cached_cast(dtype, a, kDevice),
+                 at::autocast::cached_cast(dtype, b, kDevice),
+                 at::autocast::cached_cast(dtype, bias, kDevice),
+                 at::autocast::cached_cast(dtype, c, kDevice), activation, alpha, beta,
+                 negative_slope, store_preact);
+}
+
+}  // namespace
+}  // namespace gemm_act
+
+TORCH_LIBRARY_IMPL(gemm_act, AutocastCUDA, m) {
+  m.impl("gemm_act", &gemm_act::gemm_act_autocast<c10::DeviceType::CUDA>);
+}
+
+TORCH_LIBRARY_IMPL(gemm_act, AutocastCPU, m) {
+  m.impl("gemm_act", &gemm_act::gemm_act_autocast<c10::DeviceType::CPU>);
+}

@@ -1,0 +1,71 @@
+// The operators' input checks, in one place every backend shares: each
+// backend's registration (cpu/register_cpu.cpp, cuda/register_cuda.cpp) is
+// gemm_act_impl / activation_backward_impl around its own function, which
+// then receives valid, consistent arguments (backend_args.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include "backend_args.h"
+#include "gemm_act.h"
+
+namespace gemm_act {
+
+// The activation called `name`; a ValueError that lists the known names
+// otherwise.
+Activation parse_activation(std::string_view name);
+
+// A ValueError when `act` cannot take `negative_slope`.
+void check_negative_slope(Activation act, double negative_slope);
+
+// Validates gemm_act's inputs and allocates Y (and Z) for the backend to fill.
+GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
+                             const std::optional<at::Tensor>& bias,
+                             const std::optional<at::Tensor>& c, std::string_view activation,
+                             double alpha, double beta, double negative_slope, bool store_preact);
+
+// What gemm_act returns once the backend has run: (Y, Z), Z empty when not stored.
+std::tuple<at::Tensor, at::Tensor> gemm_act_outputs(const GemmActArgs& args);
+
+// Validates activation_backward's inputs and allocates dZ (and dbias).
+ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
+                                                   const at::Tensor& saved,
+                                                   const std::optional<at::Tensor>& bias,
+                                                   std::string_view activation,
+                                                   double negative_slope);
+
+// (dZ, dbias), dbias empty without a bias.
+std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args);
+
+// The gemm_act operator of a backend whose kernel is `Run`.
+template <void (*Run)(const GemmActArgs&)>
+std::tuple<at::Tensor, at::Tensor> gemm_act_impl(const at::Tensor& a, const at::Tensor& b,
+                                                 const std::optional<at::Tensor>& bias,
+                                                 const std::optional<at::Tensor>& c,
+                                                 c10::string_view activation, double alpha,
+                                                 double beta, double negative_slope,
+                                                 bool store_preact) {
+  const GemmActArgs args = prepare_gemm_act(a, b, bias, c, activation, alpha, beta,
+                                            negative_slope, store_preact);
+  if (args.params.m > 0 && args.params.n > 0) Run(args);
+  return gemm_act_outputs(args);
+}
+
+// The activation_backward operator of a backend whose kernel is `Run`.
+template <void (*Run)(const ActivationBackwardArgs&)>
+std::tuple<at::Tensor, at::Tensor> activation_backward_impl(const at::Tensor& grad_y,
+                                                            const at::Tensor& saved,
+                                                            const std::optional<at::Tensor>& bias,
+                                                            c10::string_view activation,
+                                                            double negative_slope) {
+  const ActivationBackwardArgs args =
+      prepare_activation_backward(grad_y, saved, bias, activation, negative_slope);
+  Run(args);
+  return activation_backward_outputs(args);
+}
+
+}  // namespace gemm_act

@@ -1,0 +1,12 @@
+// The CPU backend: ATen's GEMM, then one fused pass (gemm_act_cpu.cpp); the
+// backward's dZ and bias gradient in one pass (activation_backward_cpu.cpp).
+#pragma once
+
+#include "backend_args.h"
+
+namespace gemm_act {
+
+void gemm_act_cpu(const GemmActArgs& args);
+void activation_backward_cpu(const ActivationBackwardArgs& args);
+
+}  // namespace gemm_act

@@ -1,0 +1,37 @@
+// The CUDA forward backends and what the Python side may ask of them
+// (torch_gemm_act.testing). The rule that chooses among them is in
+// register_cuda.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "backend_args.h"
+
+namespace gemm_act {
+
+// One backend of the CUDA forward: runs the case on `stream` and returns
+// true, or returns false having done nothing when it cannot take the case.
+struct CudaForwardBackend {
+  const char* name;
+  bool (*try_run)(const GemmActArgs& args, cudaStream_t stream);
+};
+
+// A compiled kernel configuration of a tensor-core family.
+struct KernelInfo {
+  std::string family, name, dtype, b_layout;
+  bool stores_z = true;
+};
+
+// The backends in the order the dispatch rule tries them.
+std::vector<std::string> cuda_forward_backends();
+
+// Every kernel configuration this build compiled, family by family.
+std::vector<KernelInfo> compiled_kernels();
+
+// The backward's elementwise pass (backward/activation_backward.cu).
+void activation_backward_cuda(const ActivationBackwardArgs& args);
+
+}  // namespace gemm_act

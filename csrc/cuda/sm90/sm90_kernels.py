@@ -1,0 +1,187 @@
+"""The sm90 family's kernel configurations, declared once, and the generator
+that turns them into C++ at build time (setup.py calls `generate`).
+
+Each row is a configuration named by what it is: schedule, CTA tile, K depth
+per pipeline stage (k2: two 128-byte swizzle rows, else one), cluster,
+shared-memory store buffers (s1: one each for Y and Z), and noz where it
+has no Z store at all. Its targets are the (dtype, B layout) pairs it is
+compiled for; each target is one small translation unit holding one kernel
+per activation, so the build runs them in parallel. The generated header
+`sm90_kernel_table.h` gives the entry and the heuristic (C++) the names,
+and the compiled extension lists them to Python
+(`torch_gemm_act.testing.kernels()`), so no number or copy of this table
+exists anywhere else. Why each configuration exists: docs/DESIGN.md, "sm90
+configurations".
+"""
+
+import os
+from dataclasses import dataclass, field, replace
+
+ROW = 0  # an epilogue subtile one 128-byte swizzle row wide (64 fp16/bf16, 32 fp32 elements)
+
+DTYPES = {"f16": "F16", "bf16": "BF16", "f32": "F32"}
+LAYOUTS = {"kmajor": "KMajor", "nmajor": "NMajor"}
+SCHEDULES = {"cooperative": "Cooperative", "pingpong": "Pingpong"}
+
+F16_K, BF16_K, F32_K = ("f16", "kmajor"), ("bf16", "kmajor"), ("f32", "kmajor")
+F16_N, BF16_N = ("f16", "nmajor"), ("bf16", "nmajor")
+
+
+@dataclass(frozen=True)
+class Sm90Config:
+    name: str
+    schedule: str                 # "cooperative" or "pingpong"
+    tile: tuple                   # CTA tile (M, N)
+    cluster: tuple                # (M, N)
+    epilogue_tile: tuple          # subtile (M, N); N = ROW: one swizzle row
+    targets: tuple                # ((dtype, b layout), ...)
+    k_swizzle_rows: int = 1       # K per pipeline stage, in swizzle rows
+    store_stages: int = 0         # buffers each for Y and Z; 0: CUTLASS's builder's choice
+    stores_z: bool = True
+    # How the kernel is put together: KernelAssembly<assembly> in `header`.
+    assembly: int = 0
+    header: str = "cuda/sm90/sm90_kernel.cuh"
+    extra: dict = field(default_factory=dict)  # more ConfigSpec constants, for other assemblies
+
+
+CONFIGS = (
+    # The best mainloop for long K and the fastest epilogue (all 256 consumer
+    # threads run it); the default for fp16/bf16.
+    Sm90Config("cooperative_128x256_c1x2", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (BF16_K, F16_K, BF16_N, F16_N)),
+    # TF32: a stage holds K = 32 only; one store buffer each for Y and Z
+    # leaves room for a fourth stage.
+    Sm90Config("cooperative_128x256_c1x2_s1", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (F32_K,), store_stages=1),
+    # TF32 without Z: no Z buffers, a fourth stage and Y's two buffers.
+    Sm90Config("cooperative_128x256_c1x2_noz", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (F32_K,), stores_z=False),
+    # Where it needs fewer waves of tiles than 128x256.
+    Sm90Config("cooperative_256x128_c2x1", "cooperative", (256, 128), (2, 1), (128, 32),
+               (BF16_K, F16_K)),
+    # Wide N, short K, and small M.
+    Sm90Config("pingpong_128x128_c1x2", "pingpong", (128, 128), (1, 2), (64, ROW),
+               (BF16_K, F16_K, F32_K)),
+    # 64 < M <= 128.
+    Sm90Config("pingpong_128x64_c1x2", "pingpong", (128, 64), (1, 2), (64, 32), (BF16_K, F16_K)),
+    # M <= 64.
+    Sm90Config("pingpong_64x128_k2_c1x1", "pingpong", (64, 128), (1, 1), (64, 32),
+               (BF16_K, F16_K), k_swizzle_rows=2),
+)
+
+GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not edit."
+
+
+def rows_with(extra_rows=(), extra_targets=None):
+    """The table with the lab's rows and targets added (lab/sm90/lab_kernels.py)."""
+    rows = list(CONFIGS) + list(extra_rows)
+    names = [r.name for r in rows]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sm90 configurations named twice: {sorted(n for n in names if names.count(n) > 1)}")
+    for name, targets in (extra_targets or {}).items():
+        i = names.index(name)
+        rows[i] = replace(rows[i], targets=tuple(rows[i].targets) + tuple(targets))
+    for r in rows:
+        for dtype, layout in r.targets:
+            if dtype not in DTYPES or layout not in LAYOUTS or (dtype == "f32" and layout != "kmajor"):
+                raise ValueError(f"{r.name}: no such target ({dtype}, {layout})")
+    return rows
+
+
+def _spec(r):
+    g = (r.tile[0], r.tile[1], r.k_swizzle_rows, r.cluster[0], r.cluster[1])
+    lines = [
+        f"template <>\nstruct ConfigSpec<KernelConfig::{r.name}> {{",
+        f"  static constexpr Schedule kSchedule = Schedule::{SCHEDULES[r.schedule]};",
+        f"  static constexpr TileGeometry kGeometry{{{', '.join(map(str, g))}}};",
+        f"  static constexpr int kEpilogueM = {r.epilogue_tile[0]}, kEpilogueN = {r.epilogue_tile[1]};",
+        f"  static constexpr int kStoreStages = {r.store_stages};",
+        f"  static constexpr bool kStoresZ = {'true' if r.stores_z else 'false'};",
+        f"  static constexpr int kAssembly = {r.assembly};",
+    ]
+    lines += [f"  static constexpr int {k} = {v};" for k, v in r.extra.items()]
+    return "\n".join(lines + ["};"])
+
+
+def _switch(fn, ret, rows, expr, default):
+    cases = "\n".join(f"    case KernelConfig::{r.name}:\n      return {expr(r)};" for r in rows)
+    return (f"constexpr {ret} {fn}(KernelConfig c) {{\n  switch (c) {{\n{cases}\n  }}\n"
+            f"  return {default};\n}}")
+
+
+def table_header(rows):
+    kernels = [(r, d, l) for r in rows for d, l in r.targets]
+    enumerators = "\n".join(f"  {r.name} = {i}," for i, r in enumerate(rows))
+    compiled = " ||\n         ".join(
+        f"(c == KernelConfig::{r.name} && d == Dtype::{DTYPES[d]} && l == BLayout::{LAYOUTS[l]})"
+        for r, d, l in kernels)
+    x_rows = " \\\n".join(f"  X({r.name}, {DTYPES[d]}, {LAYOUTS[l]})" for r, d, l in kernels)
+    parts = [
+        f"// {GENERATED}",
+        "#pragma once\n\n#include \"cuda/sm90/sm90_types.h\"\n",
+        "namespace gemm_act {\nnamespace sm90 {\n",
+        f"enum class KernelConfig : int {{\n{enumerators}\n}};\n",
+        f"constexpr int kNumKernelConfigs = {len(rows)};\n",
+        "\n\n".join(_spec(r) for r in rows) + "\n",
+        _switch("config_name", "const char*", rows, lambda r: f'"{r.name}"', '"?"') + "\n",
+        _switch("tile_geometry", "TileGeometry", rows,
+                lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kGeometry", "TileGeometry{}") + "\n",
+        _switch("config_stores_z", "bool", rows,
+                lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kStoresZ", "false") + "\n",
+        "// Whether configuration c is compiled for dtype d and B layout l.",
+        f"constexpr bool is_compiled(KernelConfig c, Dtype d, BLayout l) {{\n  return {compiled};\n}}\n",
+        "// X(configuration, Dtype, BLayout) for every compiled kernel family member.",
+        f"#define GEMM_ACT_SM90_FOR_EACH_KERNEL(X) \\\n{x_rows}\n",
+        "}  // namespace sm90\n}  // namespace gemm_act\n",
+    ]
+    return "\n".join(parts)
+
+
+def kernel_unit(r, dtype, layout):
+    spec = f"KernelConfig::{r.name}, Dtype::{DTYPES[dtype]}, BLayout::{LAYOUTS[layout]}"
+    return f"""// {GENERATED}
+// {r.name} for {dtype} with a {layout} B: one kernel per activation. Compile
+// for sm_90a only (see sm90_kernel.cuh).
+#include "{r.header}"
+
+namespace gemm_act {{
+namespace sm90 {{
+
+#define GEMM_ACT_SM90_INSTANTIATE(e, name, from_y, slope) \\
+  template LaunchResult launch_kernel<{spec}, Activation::e>(const LaunchArgs&);
+GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM90_INSTANTIATE)
+#undef GEMM_ACT_SM90_INSTANTIATE
+
+}}  // namespace sm90
+}}  // namespace gemm_act
+"""
+
+
+def _write(path, text):
+    """Writes `text` unless the file already holds it (a build then finds it unchanged)."""
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def generate(out_dir, extra_rows=(), extra_targets=None):
+    """Writes out_dir/cuda/sm90/sm90_kernel_table.h and one .cu per kernel
+    target under out_dir/cuda/sm90/kernels/, removing stale ones; returns
+    the .cu paths."""
+    rows = rows_with(extra_rows, extra_targets)
+    base = os.path.join(out_dir, "cuda", "sm90")
+    _write(os.path.join(base, "sm90_kernel_table.h"), table_header(rows))
+    units = []
+    for r in rows:
+        for dtype, layout in r.targets:
+            path = os.path.join(base, "kernels", f"sm90_{r.name}_{dtype}_{layout}.cu")
+            _write(path, kernel_unit(r, dtype, layout))
+            units.append(path)
+    kernels_dir = os.path.join(base, "kernels")
+    for stale in set(os.listdir(kernels_dir)) - {os.path.basename(u) for u in units}:
+        os.remove(os.path.join(kernels_dir, stale))
+    return units

@@ -1,0 +1,92 @@
+"""Runs every CUDA kernel on small odd shapes, layouts and bias kinds, for
+compute-sanitizer (memcheck): any out-of-bounds access shows up there. Run
+by tests/test_sanitizer.py as
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python tests/sanitize_cases.py [--sm90-kernel NAME]
+
+where --sm90-kernel forces one sm90 configuration on the cases it exists for
+(bf16 with b = weight.t()).
+"""
+
+import argparse
+import itertools
+
+import torch
+
+import torch_gemm_act as tga
+
+SIZES = [1, 17, 136]  # 136: 16-byte aligned for fp16/bf16, so the sm90 kernel runs too
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--sm90-kernel", default=None,
+                   help="force this sm90 configuration (torch_gemm_act.testing.kernels()) and run only "
+                        "bf16 with b = weight.t()")
+    kernel = p.parse_args().sm90_kernel
+    with tga.testing.override(sm90_kernel=kernel):
+        count = run_cases(only_bf16_weight_t=kernel is not None)
+    torch.cuda.synchronize()
+    print(f"sanitize sweep{' (' + kernel + ', bf16, weight.t())' if kernel else ''}: {count} problems ran")
+
+
+def run_cases(only_bf16_weight_t):
+    dev = "cuda"
+    count = 0
+    all_dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    for dtype in (torch.bfloat16,) if only_bf16_weight_t else all_dtypes:
+        for m, k, n in itertools.product(SIZES, SIZES, SIZES):
+            if only_bf16_weight_t and (k % 8 or n % 8):  # the SIMT kernel's: nothing forced there
+                continue
+            a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
+            w = torch.randn(n, k, device=dev, dtype=dtype, requires_grad=True)
+            for bias_shape, b in (((n,), w.t()), ((m, 1), w.t().contiguous()), ((), w.t())):
+                if only_bf16_weight_t and b.stride(0) != 1:  # row-major B: no candidate
+                    continue
+                bias = torch.randn(bias_shape, device=dev, dtype=dtype, requires_grad=True)
+                c = torch.randn(m, n, device=dev, dtype=dtype)
+                y = tga.gemm_act(a, b, bias, c, activation="gelu", beta=0.5)
+                torch.autograd.grad(y, (a, bias), torch.randn_like(y))
+                count += 1
+    # Each sm90 ping-pong tile (M <= 64, <= 128, <= 256) with ragged edges.
+    for dtype in (torch.bfloat16,) if only_bf16_weight_t else (torch.bfloat16, torch.float16):
+        for m, k, n in ((40, 72, 200), (100, 136, 200), (129, 72, 136)):
+            a = torch.randn(m, k, device=dev, dtype=dtype)
+            w = torch.randn(n, k, device=dev, dtype=dtype)
+            for bias_shape in ((n,), (m, 1)):
+                bias = torch.randn(bias_shape, device=dev, dtype=dtype)
+                tga.gemm_act(a, w.t(), bias, activation="gelu", return_preact=True)
+                count += 1
+    if only_bf16_weight_t:
+        return count
+    # Strided / unaligned views.
+    base = torch.randn(70, 71, device=dev)
+    y = tga.gemm_act(base[1:, 1:40], base[3:42, 2:69], None, activation="relu")
+    count += 1
+    # Exact fp32 large enough for the SIMT kernel's 256 x 128 tiles, ragged.
+    a = torch.randn(2053, 70, device=dev)
+    w = torch.randn(2100, 70, device=dev)
+    tga.gemm_act(a, w.t(), torch.randn(2100, device=dev), torch.randn(2053, 2100, device=dev),
+                 activation="gelu", beta=0.5, return_preact=True)
+    count += 1
+    # fp32 with TF32 allowed (the sm90 TF32 kernels: ping-pong for K <= 1024,
+    # cooperative beyond, with and without Z), and misaligned cases
+    # above the staging threshold (aligned copies, then the sm90 kernel).
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for dtype in (torch.float32, torch.bfloat16):
+        for m, k, n in ((17, 136, 136), (520, 509, 260), (521, 512, 265), (130, 1032, 136)):
+            a = torch.randn(m, k, device=dev, dtype=dtype)
+            w = torch.randn(n, k, device=dev, dtype=dtype)
+            c = torch.randn(m, n, device=dev, dtype=dtype)
+            for bias_shape in ((n,), (m, 1)):
+                bias = torch.randn(bias_shape, device=dev, dtype=dtype)
+                for preact in (True, False):
+                    tga.gemm_act(a, w.t(), bias, c, activation="silu", beta=0.5,
+                                 return_preact=preact)
+                    count += 1
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return count
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The sm90 configuration table and its generator (csrc/cuda/sm90/sm90_kernels.py):
+one unit per configuration, dtype and B layout; names unique; the lab's rows
+only where asked for."""
+
+import importlib.util
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def table():
+    return _load("csrc/cuda/sm90/sm90_kernels.py", "sm90_kernels")
+
+
+def test_release_table_generates_one_unit_per_target(table, tmp_path):
+    units = table.generate(str(tmp_path))
+    expected = sum(len(r.targets) for r in table.CONFIGS)
+    assert len(units) == expected == len(set(units))
+    header = open(tmp_path / "cuda" / "sm90" / "sm90_kernel_table.h").read()
+    for r in table.CONFIGS:
+        assert f"struct ConfigSpec<KernelConfig::{r.name}>" in header
+        assert "lab" not in header
+        for dtype, layout in r.targets:
+            unit = tmp_path / "cuda" / "sm90" / "kernels" / f"sm90_{r.name}_{dtype}_{layout}.cu"
+            text = unit.read_text()
+            assert f'#include "{r.header}"' in text
+            assert "GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM90_INSTANTIATE)" in text
+    rows = re.findall(r"^  X\((\w+), (\w+), (\w+)\)", header, re.M)
+    assert len(rows) == expected
+
+
+def test_names_say_what_the_configuration_is(table):
+    for r in table.CONFIGS:
+        assert r.name.startswith(f"{r.schedule}_{r.tile[0]}x{r.tile[1]}")
+        assert f"c{r.cluster[0]}x{r.cluster[1]}" in r.name
+        assert ("_k2" in r.name) == (r.k_swizzle_rows == 2)
+        assert ("_noz" in r.name) == (not r.stores_z)
+        assert ("_s1" in r.name) == (r.store_stages == 1)
+
+
+def test_generation_is_stable_and_removes_stale_units(table, tmp_path):
+    units = table.generate(str(tmp_path))
+    mtimes = {u: os.path.getmtime(u) for u in units}
+    stale = tmp_path / "cuda" / "sm90" / "kernels" / "sm90_gone_bf16_kmajor.cu"
+    stale.write_text("// stale")
+    assert table.generate(str(tmp_path)) == units
+    assert not stale.exists()
+    assert {u: os.path.getmtime(u) for u in units} == mtimes  # unchanged files not rewritten
+
+
+def test_lab_rows_extend_the_table(table, tmp_path):
+    lab = _load("lab/sm90/lab_kernels.py", "lab_kernels")
+    units = table.generate(str(tmp_path), lab.ROWS, lab.EXTRA_TARGETS)
+    names = {os.path.basename(u) for u in units}
+    for r in lab.ROWS:
+        assert f"sm90_{r.name}_bf16_kmajor.cu" in names
+    for name in lab.EXTRA_TARGETS:
+        assert f"sm90_{name}_bf16_kmajor.cu" in names
+
+
+def test_bad_rows_are_refused(table):
+    dup = table.CONFIGS[0]
+    with pytest.raises(ValueError, match="named twice"):
+        table.rows_with([dup])
+    bad = table.Sm90Config("pingpong_1x1_c1x1", "pingpong", (1, 1), (1, 1), (1, 1), (("f32", "nmajor"),))
+    with pytest.raises(ValueError, match=r"no such target \(f32, nmajor\)"):
+        table.rows_with([bad])

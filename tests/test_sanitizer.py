@@ -1,0 +1,49 @@
+"""compute-sanitizer's memcheck over every CUDA kernel (tests/sanitize_cases.py):
+no out-of-bounds or misaligned access, no uninitialised device memory read.
+Runs only where a GPU and compute-sanitizer are present."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_gemm_act as tga
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SANITIZER = shutil.which("compute-sanitizer")
+requires_sanitizer = pytest.mark.skipif(
+    not torch.cuda.is_available() or SANITIZER is None, reason="needs a CUDA GPU and compute-sanitizer")
+
+
+def _memcheck(*args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [SANITIZER, "--tool", "memcheck", "--error-exitcode", "9", sys.executable,
+         os.path.join(HERE, "sanitize_cases.py"), *args],
+        capture_output=True, text=True, env=env, timeout=1800)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"memcheck exit code {result.returncode}:\n{output[-6000:]}"
+    assert "ERROR SUMMARY: 0 errors" in output and "problems ran" in output, output[-3000:]
+
+
+@requires_sanitizer
+def test_memcheck_every_cuda_kernel_cuda():
+    _memcheck()
+
+
+def _bf16_kernels_with_z():
+    if not torch.cuda.is_available():
+        return []
+    return sorted({k["name"] for k in tga.testing.kernels("sm90")
+                   if k["dtype"] == "bf16" and k["b_layout"] == "kmajor" and k["stores_z"]})
+
+
+@requires_sanitizer
+@pytest.mark.parametrize("kernel", _bf16_kernels_with_z())
+def test_memcheck_each_sm90_kernel_cuda(kernel):
+    """Each bf16 configuration forced on every case it exists for, whatever
+    the heuristic would choose."""
+    _memcheck("--sm90-kernel", kernel)

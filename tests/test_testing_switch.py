@@ -1,0 +1,157 @@
+"""The tables the package derives from C++ (activations, backends, kernel
+configurations) and the one testing switch."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from reference import assert_close, random_operands, reference64
+
+
+def test_activation_table_matches_the_python_side():
+    from torch_gemm_act import activations
+
+    assert tga.ACTIVATIONS == activations.ACTIVATIONS and len(set(tga.ACTIVATIONS)) == len(tga.ACTIVATIONS)
+    assert activations.GRAD_FROM_OUTPUT < set(tga.ACTIVATIONS)
+    assert activations.USES_SLOPE <= activations.GRAD_FROM_OUTPUT
+    for name in tga.ACTIVATIONS:
+        module = activations.torch_module(name, 0.3)
+        assert isinstance(module, nn.Module)
+        # Every twin but the identity is recognised as what it is.
+        expected = None if isinstance(module, nn.Identity) else (name, 0.3 if name in activations.USES_SLOPE else 0.01)
+        assert activations.from_module(module) == expected
+
+
+def test_check_activation_raises_as_the_operator_does():
+    from torch_gemm_act import activations
+
+    with pytest.raises(ValueError, match=r"unknown activation 'swish'; expected one of: none, relu"):
+        activations.check_activation("swish")
+    for name in activations.USES_SLOPE:
+        with pytest.raises(ValueError, match=r"needs negative_slope >= 0, got -0.5"):
+            activations.check_activation(name, -0.5)
+        with pytest.raises(ValueError, match=r"needs negative_slope >= 0, got -0.5"):
+            tga.gemm_act(torch.randn(2, 3), torch.randn(3, 4), activation=name, negative_slope=-0.5)
+
+
+def test_override_validates_names_and_restores():
+    before = tga.testing._C.testing_overrides()
+    with pytest.raises(ValueError, match=r"no CUDA backend 'nope'"):
+        with tga.testing.override(cuda_backend="nope"):
+            pass
+    with pytest.raises(ValueError, match=r"no sm90 kernel configuration 'nope'"):
+        with tga.testing.override(sm90_kernel="nope"):
+            pass
+    with tga.testing.override(poison_outputs=False):
+        assert tga.testing._C.testing_overrides()[2] is False
+    assert tga.testing._C.testing_overrides() == before
+
+
+def test_a_cpp_error_reaches_python_as_an_exception():
+    """The extension links the libstdc++ whose exceptions Python's process can
+    catch: a C++ error raised inside the operator arrives as a Python error
+    (it crashed the process when the extension carried its own copy)."""
+    code = ("import torch, torch_gemm_act\n"
+            "try:\n"
+            "    torch.ops.gemm_act.gemm_act(torch.randn(4, 5), torch.randn(6, 3), None, None, 'none', 1.0, 0.0, 0.01, False)\n"
+            "except ValueError as e:\n"
+            "    print('raised', 'must equal' in str(e))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "raised True", result.stdout + result.stderr
+
+
+@requires_cuda
+def test_backends_and_kernels_listed_cuda():
+    backends = tga.testing.cuda_backends()
+    assert backends[-1] == "simt"
+    kernels = tga.testing.kernels()
+    names = {(k["name"], k["dtype"], k["b_layout"]) for k in kernels}
+    assert len(names) == len(kernels)
+    if "sm90" in backends:
+        assert {k["dtype"] for k in kernels} >= {"bf16", "f16", "f32"}
+
+
+@requires_cuda
+@pytest.mark.parametrize("backend", ["simt", "sm90"])
+def test_forced_backend_runs_the_case_cuda(backend):
+    if backend not in tga.testing.cuda_backends():
+        pytest.skip(f"this build has no {backend} backend")
+    if backend == "sm90" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    a, w = random_operands(200, 264, 136, torch.bfloat16, "cuda")
+    with tga.testing.override(cuda_backend=backend):
+        y = tga.linear_act(a, w, None, "gelu")
+    assert_close(y, reference64(a, w.t(), activation="gelu")[0], torch.bfloat16)
+
+
+@requires_cuda
+def test_backend_from_the_environment_cuda():
+    """TORCH_GEMM_ACT_BACKEND forces the backend for the whole process; a name
+    the build lacks is an error at the first CUDA call."""
+    code = ("import torch, torch_gemm_act as tga\n"
+            "a = torch.randn(64, 64, device='cuda')\n"
+            "print(tga.testing._C.testing_overrides()[0])\n"
+            "try:\n"
+            "    tga.gemm_act(a, a)\n"
+            "except RuntimeError as e:\n"
+            "    print('raised', 'does not exist in this build' in str(e))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, expected in (("simt", "simt"), ("nope", "nope\nraised True")):
+        env = {**os.environ, "TORCH_GEMM_ACT_BACKEND": name,
+               "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                timeout=300)
+        assert result.stdout.strip() == expected, result.stdout + result.stderr
+
+
+@requires_cuda
+def test_forced_backend_that_cannot_run_a_case_raises_cuda():
+    if "sm90" not in tga.testing.cuda_backends():
+        pytest.skip("this build has no sm90 backend")
+    a, w = random_operands(8, 8, 8, torch.float64, "cuda")
+    with tga.testing.override(cuda_backend="sm90"), pytest.raises(
+            RuntimeError, match=r"forced CUDA backend 'sm90' cannot run this case \(Double"):
+        tga.linear_act(a, w, None, "relu")
+
+
+@requires_cuda
+def test_each_sm90_kernel_forced_cuda():
+    """Every compiled sm90 configuration, forced, on a ragged case of each of
+    its dtypes and B layouts, with Z where it stores Z; one that cannot run a
+    case says so."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        for k in tga.testing.kernels("sm90"):
+            dtype = dtypes[k["dtype"]]
+            a, w = random_operands(200, 1096, 392, dtype, "cuda")
+            b = w.t() if k["b_layout"] == "kmajor" else w.t().contiguous()
+            bias = torch.randn(392, dtype=dtype, device="cuda")
+            with tga.testing.override(sm90_kernel=k["name"], cuda_backend="sm90"):
+                out = tga.gemm_act(a, b, bias, activation="silu", return_preact=k["stores_z"])
+                if not k["stores_z"]:
+                    with pytest.raises(RuntimeError, match=rf"forced sm90 kernel '{k['name']}' cannot run"):
+                        tga.gemm_act(a, b, bias, activation="silu", return_preact=True)
+            y_ref, z_ref = reference64(a, b, bias, activation="silu")
+            tol = (2e-3, 2e-3) if dtype == torch.float32 else None
+            y, z = out if k["stores_z"] else (out, None)
+            for got, ref in ((y, y_ref), (z, z_ref)):
+                if got is None:
+                    continue
+                if tol:
+                    torch.testing.assert_close(got.double().cpu(), ref, rtol=tol[0], atol=tol[1])
+                else:
+                    assert_close(got, ref, dtype)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev

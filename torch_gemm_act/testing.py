@@ -1,0 +1,50 @@
+"""The one switch for tests and measurements (csrc/testing.h).
+
+    with torch_gemm_act.testing.override(cuda_backend="simt"):
+        ...   # every CUDA forward runs on the SIMT kernel
+    with torch_gemm_act.testing.override(sm90_kernel="pingpong_128x128_c1x2"):
+        ...   # every sm90 launch uses that configuration (an error where it cannot run)
+    with torch_gemm_act.testing.override(poison_outputs=True):
+        ...   # outputs are NaN before each kernel writes them
+
+Outside a test, TORCH_GEMM_ACT_BACKEND=<name> in the environment forces the
+CUDA backend for a whole process (read once, when the extension loads).
+"""
+
+import contextlib
+
+from . import _C
+
+
+def cuda_backends():
+    """The CUDA forward backends, in the order the dispatch rule tries them."""
+    return _C.cuda_backends()
+
+
+def kernels(family=None):
+    """The kernel configurations this build compiled: a tuple of dicts with
+    family, name, dtype, b_layout and stores_z, from the families' tables."""
+    rows = (dict(zip(("family", "name", "dtype", "b_layout", "stores_z"), k)) for k in _C.kernels())
+    return tuple(r for r in rows if family is None or r["family"] == family)
+
+
+@contextlib.contextmanager
+def override(*, cuda_backend=None, sm90_kernel=None, poison_outputs=None):
+    """Forces what is given (None keeps the current setting) inside the block."""
+    previous = _C.testing_overrides()
+    if cuda_backend is not None and cuda_backend not in cuda_backends():
+        raise ValueError(f"no CUDA backend {cuda_backend!r} in this build; expected one of "
+                         f"{', '.join(cuda_backends()) or '(none: a CPU-only build)'}")
+    names = sorted({k["name"] for k in kernels("sm90")})
+    if sm90_kernel is not None and sm90_kernel not in names:
+        raise ValueError(f"no sm90 kernel configuration {sm90_kernel!r} in this build; expected one "
+                         f"of {', '.join(names) or '(none)'}")
+    backend, kernel, poison = previous
+    _C.set_testing_overrides(
+        backend if cuda_backend is None else cuda_backend,
+        kernel if sm90_kernel is None else sm90_kernel,
+        poison if poison_outputs is None else bool(poison_outputs))
+    try:
+        yield
+    finally:
+        _C.set_testing_overrides(*previous)
