@@ -47,8 +47,9 @@ rm -f "$OUT/sass.txt"
 fi
 
 if want tests; then
-step "tests (${PYTEST_ARGS:-all})"
-python3 -m pytest -q -x tests -p no:cacheprovider --durations=8 ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -22
+step "tests (${PYTEST_K:-all})"
+python3 -m pytest -q -x tests -p no:cacheprovider --durations=8 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+  | tee "$OUT/pytest.log" | tail -22
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
