@@ -242,7 +242,7 @@ class RotatingKernel
       turns.arrive();
     }
 #else
-    // Compiled for sm_90a only (sm90_gemm_act_kernel.cuh fails other builds).
+    // Compiled for sm_90a only (sm90_cutlass.cuh fails other builds).
     __trap();
 #endif
   }
