@@ -1,7 +1,8 @@
 """Builds torch_gemm_act._C: CUDA kernels when nvcc is found, CPU-only otherwise.
 
 Environment:
-  TORCH_CUDA_ARCH_LIST  archs to build for (default "8.0;9.0")
+  TORCH_CUDA_ARCH_LIST  archs to build for (default "8.0;9.0;10.0;12.0+PTX": sm_80's
+                        code runs on 8.6 and 8.9 too, and the PTX on later GPUs)
   MAX_JOBS              parallel compile jobs (ninja, and the sm90 kernels)
   GEMM_ACT_CPU_ONLY=1   skip the CUDA kernels even when nvcc is present
   GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
@@ -41,6 +42,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(ROOT, "csrc")
 LAB = os.path.join(ROOT, "lab")
 GENERATED = os.path.join(ROOT, "build", "generated")
+DEFAULT_CUDA_ARCHS = "8.0;9.0;10.0;12.0+PTX"
 
 
 def _load(path, name):
@@ -76,7 +78,7 @@ def _want_cuda():
 def _want_sm90():
     if os.environ.get("GEMM_ACT_NO_SM90", "0") == "1":
         return False
-    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "8.0;9.0").replace(" ", ";").split(";")
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS).replace(" ", ";").split(";")
     return any(a.startswith("9.0") for a in archs)
 
 
@@ -101,7 +103,7 @@ def _sm90_inputs_digest(defining):
     """What every sm90 object depends on besides its own source: the headers
     it can include and the defining flags."""
     digest = hashlib.sha256(" ".join(defining).encode())
-    roots = [CSRC, GENERATED] + ([LAB] if _want_lab() else [])
+    roots = [CSRC, os.path.join(GENERATED, "cuda")] + ([LAB] if _want_lab() else [])
     for root in roots:
         for path in sorted(glob.glob(os.path.join(root, "**", "*.*h"), recursive=True)):
             with open(path, "rb") as f:
@@ -188,7 +190,7 @@ def _extension():
     if not _want_cuda():
         return CppExtension("torch_gemm_act._C", cpu_sources, include_dirs=[CSRC],
                             extra_compile_args={"cxx": cxx_flags})
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
     nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
     # Every CUDA source but the sm90 family's, whose entry (PyTorch side,
     # no CUTLASS) builds here only with its kernels, which come from
