@@ -82,7 +82,7 @@ struct SimtTileConfig {
 // float32: 128 x 128 x 16 block, 8 x 8 per thread; on an H100 (exact fp32,
 // A [M, K] and the weight [N, K]) BK = 16 takes 0.92x the time of BK = 8
 // (half the barriers and transposing stores per multiply-add) and BK = 32
-// 1.06x (lab/diag/simt_probe.cu).
+// 1.06x (scripts/diag/simt_probe.cu).
 // float16 / bfloat16: the same, so a thread's share of a k-step is one
 // 16-byte vector of 8 elements (converted to float in shared memory).
 // float64: 128 x 64 x 8 block, 8 x 4 per thread (on H100 1.4x faster than
@@ -103,7 +103,7 @@ struct SimtConfig<double> : SimtTileConfig<double, 128, 64, 8, 8, 4> {};
 // them (simt_gemm_act_launch.cuh). float32 only: exact fp32 on an H100 at
 // 4096^3 in 3.19 ms against 3.41 for SimtConfig<float> and 2.70 for
 // cuBLAS's sgemm; 128 x 256 tiles 3.32, 128 x 128 at one block per SM 3.53
-// (lab/diag/simt_probe.cu). void: none for that storage type.
+// (scripts/diag/simt_probe.cu). void: none for that storage type.
 template <class Element>
 struct SimtLargeConfig {
   using type = void;

@@ -1,6 +1,5 @@
 // Host entry of the SIMT forward kernel, one explicit instantiation per
-// storage type (simt_gemm_act_<dtype>.cu), so the backend's entry
-// (simt_backend.cpp) compiles no kernel.
+// storage type (simt_gemm_act_<dtype>.cu), so dispatch.cu compiles no kernel.
 #pragma once
 
 #include <cuda_bf16.h>
