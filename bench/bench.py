@@ -15,12 +15,16 @@ it times, with triton.testing.do_bench (median, L2 flushed before each run):
                     activation (see ADDMM NOTE below); inference only
   compile           torch.compile(eager code), default mode, dynamic=False per shape
   gemm_act          torch_gemm_act.linear_act(a, w, bias, activation)
+  gemm_act:<name>   the same with one CUDA backend forced (--forced; default
+                    sm80 and library, where the build has them)
 
 Modes: inference (torch.no_grad), forward (a, w, bias require grad: the training
 forward, which for gemm_act also writes Z when the backward needs it) and
 forward_backward (forward + torch.autograd.grad with a fixed random gY). The
-"inference" group runs only inference; the others run all three (--quick: no
-forward_backward). Before timing, each contender's output (and in
+"inference" and "sm80" groups run only inference, "cublaslt" inference and
+forward, the others all three (--quick: no forward_backward). Last it lists
+the rows where gemm_act, and gemm_act with the library backend forced, took
+longer than eager. Before timing, each contender's output (and in
 forward_backward its gradients) is checked against eager; a contender outside
 the dtype's tolerance is reported as WRONG and its time is kept out of "ms".
 
@@ -118,8 +122,10 @@ def load_shapes(path):
 def modes_for(group, row, args):
     if "modes" in row:
         modes = list(row["modes"])
-    elif group == "inference":
+    elif group in ("inference", "sm80"):
         modes = ["inference"]
+    elif group == "cublaslt":
+        modes = ["inference", "forward"]
     else:
         modes = list(MODES)
     if args.quick:
@@ -335,6 +341,19 @@ def bench_shape(group, spec, modes, ctx):
             fwd = {"eager": eager, "gemm_act": gemm_act_fwd}
             if compiled is not None:
                 fwd["compile"] = compiled
+            for backend in ctx["forced"] + list(spec.get("forced", ())):
+                if backend not in ctx["backends"]:
+                    continue
+
+                def forced(x, wt, b, backend=backend):
+                    # The switch set directly: override()'s checks would add host time.
+                    before = tga.testing._C.testing_overrides()
+                    tga.testing._C.set_testing_overrides(backend, *before[1:])
+                    try:
+                        return gemm_act_fwd(x, wt, b)
+                    finally:
+                        tga.testing._C.set_testing_overrides(*before)
+                fwd[summarize.FORCED[backend]] = forced
 
             for name, f in fwd.items():
                 if mode == "forward_backward":
@@ -462,6 +481,9 @@ def parse_args(argv):
                    help="also time torch._addmm_activation(use_gelu=True) in 'gelu' (erf) rows although "
                         "on CUDA it computes the tanh GELU (marked in the row's addmm_activation_fn)")
     p.add_argument("--no-compile", action="store_true", help="leave the torch.compile contender out")
+    p.add_argument("--forced", nargs="*", default=["sm80", "library"], choices=sorted(summarize.FORCED),
+                   help="CUDA backends also timed forced, each as its own gemm_act:<backend> column "
+                        "(where the build has them; a row of shapes.json may add more with \"forced\")")
     p.add_argument("--groups", nargs="+", default=None, help="only these groups of shapes.json")
     p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="only these modes")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
@@ -513,7 +535,9 @@ def main(argv=None):
     base = os.path.join(args.out, f"{stamp.strftime('%Y%m%dT%H%M%SZ')}_{commit[:7] if commit else 'unknown'}")
     json_path, png_path = base + ".json", base + ".png"
 
-    ctx = {"device": device, "args": args, "timer": timer, "compile_mode": compile_mode, "addmm_gelu": {}}
+    import torch_gemm_act as tga
+    ctx = {"device": device, "args": args, "timer": timer, "compile_mode": compile_mode, "addmm_gelu": {},
+           "backends": tga.testing.cuda_backends() if device == "cuda" else (), "forced": list(args.forced)}
     results = {
         "commit": commit,
         "csrc_tree": csrc_tree,
@@ -593,6 +617,10 @@ def main(argv=None):
         print(f"FAILED: {len(wrong)} row(s) with gemm_act beyond tolerance (WRONG), "
               f"{len(failed)} with gemm_act errors\n")
     print(summarize.text_table(results))
+    for contender in ("gemm_act", "gemm_act:library"):
+        slower = summarize.slower_than_eager(results, contender)
+        print(f"\n{contender} slower than eager in {len(slower)} row(s)" + (":" if slower else ""))
+        print("\n".join(slower)) if slower else None
     return 1 if wrong or failed else 0
 
 

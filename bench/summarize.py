@@ -15,7 +15,11 @@ import os
 import sys
 
 # Order in tables and plots. torch_mm is the reference every ratio divides by.
-CONTENDERS = ("torch_mm", "eager", "addmm_activation", "compile", "gemm_act")
+CONTENDERS = ("torch_mm", "eager", "addmm_activation", "compile", "gemm_act",
+              "gemm_act:sm80", "gemm_act:library", "gemm_act:simt")
+# gemm_act with one CUDA backend forced (torch_gemm_act.testing), where the
+# build has it: every row times sm80 and library; simt only where a row asks.
+FORCED = {c.split(":")[1]: c for c in CONTENDERS if c.startswith("gemm_act:")}
 MODES = ("inference", "forward", "forward_backward")
 
 LABELS = {
@@ -24,6 +28,9 @@ LABELS = {
     "addmm_activation": "addmm_act",
     "compile": "compile",
     "gemm_act": "gemm_act",
+    "gemm_act:sm80": "ga:sm80",
+    "gemm_act:library": "ga:lib",
+    "gemm_act:simt": "ga:simt",
 }
 MODE_LABELS = {"inference": "inf", "forward": "fwd", "forward_backward": "fwd+bwd"}
 MODE_TITLES = {
@@ -37,6 +44,9 @@ COLORS = {
     "addmm_activation": "#ff7f0e",
     "compile": "#1f77b4",
     "gemm_act": "#2ca02c",
+    "gemm_act:sm80": "#9467bd",
+    "gemm_act:library": "#8c564b",
+    "gemm_act:simt": "#e377c2",
 }
 
 
@@ -98,6 +108,17 @@ def text_table(results):
             f"{(fmt_ms(ref) if ref else '-'):>8} " + " ".join(cells) + f" {_fmt_err(row):>14}")
     lines.append("ratios are time / torch.mm time (lower is better; < 1 beats the bare GEMM)")
     return "\n".join(lines)
+
+
+def slower_than_eager(results, contender):
+    """The rows where `contender` took longer than eager, as text lines."""
+    out = []
+    for row in results["rows"]:
+        ms = row.get("ms", {})
+        if contender in ms and "eager" in ms and ms[contender] > ms["eager"]:
+            out.append(f"  {shape_label(row):<17} {dtype_label(row):<9} {row['activation']:<10} "
+                       f"{MODE_LABELS.get(row['mode'], row['mode']):<8} {ms[contender] / ms['eager']:.3f}x eager")
+    return out
 
 
 def markdown(results):

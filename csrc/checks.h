@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -53,6 +54,17 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_impl(const at::Tensor& a, const at::
                                             negative_slope, store_preact);
   if (args.params.m > 0 && args.params.n > 0) Run(args);
   return gemm_act_outputs(args);
+}
+
+// The explain operator of a backend whose planner is `Plan`: what its
+// gemm_act would run for these arguments, computing nothing.
+template <std::string (*Plan)(const GemmActArgs&)>
+std::string explain_impl(const at::Tensor& a, const at::Tensor& b,
+                         const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
+                         c10::string_view activation, double alpha, double beta,
+                         double negative_slope, bool store_preact) {
+  return Plan(prepare_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
+                               store_preact));
 }
 
 // The activation_backward operator of a backend whose kernel is `Run`.

@@ -15,4 +15,9 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def(
       "activation_backward(Tensor grad_y, Tensor saved, Tensor? bias, str activation, "
       "float negative_slope) -> (Tensor, Tensor)");
+  // What gemm_act would run for these arguments (backend, kernel), computing
+  // nothing: torch_gemm_act.explain.
+  m.def(
+      "explain(Tensor a, Tensor b, Tensor? bias, Tensor? c, str activation, float alpha, "
+      "float beta, float negative_slope, bool store_preact) -> str");
 }

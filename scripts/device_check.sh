@@ -47,10 +47,16 @@ rm -f "$OUT/sass.txt"
 fi
 
 if want tests; then
-step "tests (${PYTEST_K:-all})"
-python3 -m pytest -q -x tests -p no:cacheprovider --durations=8 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
-  | tee "$OUT/pytest.log" | tail -22
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# Once per CUDA backend: "rule" lets the dispatch rule decide; any other name
+# forces that backend on every case (TORCH_GEMM_ACT_BACKEND).
+for backend in ${TEST_BACKENDS:-rule}; do
+  step "tests, backend $backend (${PYTEST_K:-all})"
+  if [ "$backend" = rule ]; then unset TORCH_GEMM_ACT_BACKEND; else export TORCH_GEMM_ACT_BACKEND=$backend; fi
+  python3 -m pytest -q tests -p no:cacheprovider --durations=8 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+    | tee "$OUT/pytest_$backend.log" | tail -${PYTEST_TAIL:-22}
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
+unset TORCH_GEMM_ACT_BACKEND
 fi
 
 if want sweep; then

@@ -40,3 +40,8 @@ def pytest_collection_modifyitems(config, items):
     ]
     if unnamed:
         raise pytest.UsageError(f"tests that need a GPU must have 'cuda' in their id: {unnamed}")
+
+
+def pytest_report_header(config):
+    backend = torch_gemm_act.testing._C.testing_overrides()[0]
+    return f"torch_gemm_act CUDA backend: {backend or 'the dispatch rule'}"

@@ -1,11 +1,14 @@
 """Runs every CUDA kernel on small odd shapes, layouts and bias kinds, for
-compute-sanitizer (memcheck): any out-of-bounds access shows up there. Run
-by tests/test_sanitizer.py as
+compute-sanitizer (memcheck, racecheck): any out-of-bounds access or shared
+memory race shows up there. Run by tests/test_sanitizer.py as
 
-    compute-sanitizer --tool memcheck --error-exitcode 9 python tests/sanitize_cases.py [--sm90-kernel NAME]
+    compute-sanitizer --tool memcheck --error-exitcode 9 python tests/sanitize_cases.py \
+        [--cuda-backend NAME | --sm90-kernel NAME] [--small]
 
-where --sm90-kernel forces one sm90 configuration on the cases it exists for
-(bf16 with b = weight.t()).
+where --cuda-backend forces one CUDA backend on every case, --sm90-kernel
+forces the sm90 backend and one of its configurations on the cases it
+exists for (bf16 with b = weight.t()), and --small skips the larger shapes
+(for racecheck, which is slow).
 """
 
 import argparse
@@ -20,22 +23,28 @@ SIZES = [1, 17, 136]  # 136: 16-byte aligned for fp16/bf16, so the sm90 kernel r
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--cuda-backend", default=None, help="force this CUDA backend (torch_gemm_act.testing)")
     p.add_argument("--sm90-kernel", default=None,
                    help="force this sm90 configuration (torch_gemm_act.testing.kernels()) and run only "
                         "bf16 with b = weight.t()")
-    kernel = p.parse_args().sm90_kernel
-    with tga.testing.override(sm90_kernel=kernel):
-        count = run_cases(only_bf16_weight_t=kernel is not None)
+    p.add_argument("--small", action="store_true", help="only the small shapes")
+    args = p.parse_args()
+    kernel = args.sm90_kernel
+    backend = "sm90" if kernel else args.cuda_backend
+    with tga.testing.override(cuda_backend=backend, sm90_kernel=kernel):
+        count = run_cases(only_bf16_weight_t=kernel is not None, small=args.small)
     torch.cuda.synchronize()
-    print(f"sanitize sweep{' (' + kernel + ', bf16, weight.t())' if kernel else ''}: {count} problems ran")
+    what = f"{kernel}, bf16, weight.t()" if kernel else (backend or "dispatch rule")
+    print(f"sanitize sweep ({what}{', small' if args.small else ''}): {count} problems ran")
 
 
-def run_cases(only_bf16_weight_t):
+def run_cases(only_bf16_weight_t, small):
     dev = "cuda"
     count = 0
     all_dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    sizes = SIZES[1:] if small else SIZES
     for dtype in (torch.bfloat16,) if only_bf16_weight_t else all_dtypes:
-        for m, k, n in itertools.product(SIZES, SIZES, SIZES):
+        for m, k, n in itertools.product(sizes, sizes, sizes):
             if only_bf16_weight_t and (k % 8 or n % 8):  # the SIMT kernel's: nothing forced there
                 continue
             a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
@@ -58,6 +67,20 @@ def run_cases(only_bf16_weight_t):
                 tga.gemm_act(a, w.t(), bias, activation="gelu", return_preact=True)
                 count += 1
     if only_bf16_weight_t:
+        return count
+    # The activations cuBLASLt fuses (the library backend's fused epilogues),
+    # with and without a bias per column, C and Z.
+    for dtype in (torch.bfloat16, torch.float32):
+        m, k, n = 100, 136, 200
+        a = torch.randn(m, k, device=dev, dtype=dtype)
+        w = torch.randn(n, k, device=dev, dtype=dtype)
+        c = torch.randn(m, n, device=dev, dtype=dtype)
+        for act, bias, cc, preact in itertools.product(
+                ("none", "relu", "gelu_tanh"), (None, torch.randn(n, device=dev, dtype=dtype)),
+                (None, c), (False, True)):
+            tga.gemm_act(a, w.t(), bias, cc, activation=act, beta=0.5, return_preact=preact)
+            count += 1
+    if small:
         return count
     # Strided / unaligned views.
     base = torch.randn(70, 71, device=dev)

@@ -1,6 +1,8 @@
-"""compute-sanitizer's memcheck over every CUDA kernel (tests/sanitize_cases.py):
-no out-of-bounds or misaligned access, no uninitialised device memory read.
-Runs only where a GPU and compute-sanitizer are present."""
+"""compute-sanitizer over every CUDA kernel (tests/sanitize_cases.py), under
+the dispatch rule and with each CUDA backend forced: memcheck (no
+out-of-bounds or misaligned access, no uninitialised device memory read)
+and racecheck (no shared-memory race). Runs only where a GPU and
+compute-sanitizer are present."""
 
 import os
 import shutil
@@ -18,20 +20,39 @@ requires_sanitizer = pytest.mark.skipif(
     not torch.cuda.is_available() or SANITIZER is None, reason="needs a CUDA GPU and compute-sanitizer")
 
 
-def _memcheck(*args):
+def _sanitize(tool, *args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
-        [SANITIZER, "--tool", "memcheck", "--error-exitcode", "9", sys.executable,
+        [SANITIZER, "--tool", tool, "--error-exitcode", "9", sys.executable,
          os.path.join(HERE, "sanitize_cases.py"), *args],
         capture_output=True, text=True, env=env, timeout=1800)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"memcheck exit code {result.returncode}:\n{output[-6000:]}"
-    assert "ERROR SUMMARY: 0 errors" in output and "problems ran" in output, output[-3000:]
+    assert result.returncode == 0, f"{tool} exit code {result.returncode}:\n{output[-6000:]}"
+    summary = "RACECHECK SUMMARY: 0 hazards" if tool == "racecheck" else "ERROR SUMMARY: 0 errors"
+    assert summary in output and "problems ran" in output, output[-3000:]
+
+
+def _backends():
+    # "rule": the dispatch rule decides. sm90 forced on everything would
+    # refuse most cases, so its kernels are forced one by one below instead.
+    names = tga.testing.cuda_backends() if torch.cuda.is_available() else ()
+    return ["rule"] + [b for b in names if b != "sm90"]
+
+
+def _backend_args(backend):
+    return () if backend == "rule" else ("--cuda-backend", backend)
 
 
 @requires_sanitizer
-def test_memcheck_every_cuda_kernel_cuda():
-    _memcheck()
+@pytest.mark.parametrize("backend", _backends())
+def test_memcheck_every_cuda_kernel_cuda(backend):
+    _sanitize("memcheck", *_backend_args(backend))
+
+
+@requires_sanitizer
+@pytest.mark.parametrize("backend", _backends())
+def test_racecheck_every_cuda_kernel_cuda(backend):
+    _sanitize("racecheck", "--small", *_backend_args(backend))
 
 
 def _bf16_kernels_with_z():
@@ -46,4 +67,4 @@ def _bf16_kernels_with_z():
 def test_memcheck_each_sm90_kernel_cuda(kernel):
     """Each bf16 configuration forced on every case it exists for, whatever
     the heuristic would choose."""
-    _memcheck("--sm90-kernel", kernel)
+    _sanitize("memcheck", "--sm90-kernel", kernel)

@@ -17,14 +17,41 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     pre-activation. As in ``torch.addmm``, c is not read when beta == 0.
     """
     # The operator checks every argument (csrc/checks.cpp); nothing is re-checked here.
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, bias, c)
-    )
-    # Z is written only when asked for or when the backward needs it.
-    store_preact = bool(return_preact) or (needs_grad and activation not in GRAD_FROM_OUTPUT)
+    store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
     y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
                            float(negative_slope), store_preact)
     return (y, z) if return_preact else y
+
+
+def _stores_preact(a, b, bias, c, activation, return_preact):
+    # Z is written only when asked for or when the backward needs it.
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, bias, c)
+    )
+    return bool(return_preact) or (needs_grad and activation not in GRAD_FROM_OUTPUT)
+
+
+def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
+            negative_slope=0.01, return_preact=False):
+    """What ``gemm_act`` with the same arguments would run here, as a short
+    description (backend, kernel configuration), computing nothing.
+
+    It follows gemm_act exactly: autocast's casts, whether Z is stored (grad
+    mode and ``requires_grad``), PyTorch's matmul precision setting and
+    torch_gemm_act.testing's overrides.
+    """
+    store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
+    device = a.device.type if isinstance(a, torch.Tensor) else "cpu"
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+
+        def cast(t):
+            # As autocast casts gemm_act's operands (csrc/autocast.cpp).
+            return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
+                t.dtype != torch.float64 else t
+        a, b, bias, c = (cast(t) for t in (a, b, bias, c))
+    return ops.explain_op(a, b, bias, c, activation, float(alpha), float(beta),
+                          float(negative_slope), store_preact)
 
 
 def linear_act(x, weight, bias=None, activation=GELU, negative_slope=0.01):

@@ -7,6 +7,7 @@ from . import _C  # noqa: F401  (loading it registers the operators)
 
 gemm_act_op = torch.ops.gemm_act.gemm_act.default
 activation_backward_op = torch.ops.gemm_act.activation_backward.default
+explain_op = torch.ops.gemm_act.explain.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")

@@ -2,6 +2,8 @@
 
     with torch_gemm_act.testing.override(cuda_backend="simt"):
         ...   # every CUDA forward runs on the SIMT kernel
+    with torch_gemm_act.testing.override(cuda_backend=""):
+        ...   # the dispatch rule decides again (whatever the environment forced)
     with torch_gemm_act.testing.override(sm90_kernel="pingpong_128x128_c1x2"):
         ...   # every sm90 launch uses that configuration (an error where it cannot run)
     with torch_gemm_act.testing.override(poison_outputs=True):
@@ -32,7 +34,7 @@ def kernels(family=None):
 def override(*, cuda_backend=None, sm90_kernel=None, poison_outputs=None):
     """Forces what is given (None keeps the current setting) inside the block."""
     previous = _C.testing_overrides()
-    if cuda_backend is not None and cuda_backend not in cuda_backends():
+    if cuda_backend not in (None, "") and cuda_backend not in cuda_backends():
         raise ValueError(f"no CUDA backend {cuda_backend!r} in this build; expected one of "
                          f"{', '.join(cuda_backends()) or '(none: a CPU-only build)'}")
     names = sorted({k["name"] for k in kernels("sm90")})

@@ -1,9 +1,23 @@
 #include <torch/library.h>
 
+#include <string>
+
 #include "checks.h"
 #include "cpu/cpu_backend.h"
+
+namespace gemm_act {
+namespace {
+
+std::string plan_cpu(const GemmActArgs& args) {
+  return std::string("cpu: ATen's GEMM, then one fused epilogue pass [") +
+         c10::toString(args.y.scalar_type()) + "]";
+}
+
+}  // namespace
+}  // namespace gemm_act
 
 TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cpu>);
   m.impl("activation_backward", &gemm_act::activation_backward_impl<gemm_act::activation_backward_cpu>);
+  m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);
 }

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,10 +13,13 @@
 
 namespace gemm_act {
 
-// One backend of the CUDA forward: runs the case on `stream` and returns
-// true, or returns false having done nothing when it cannot take the case.
+// One backend of the CUDA forward. try_run runs the case on `stream` and
+// returns true, or returns false having done nothing when it does not take
+// the case; plan says what try_run would run (torch_gemm_act.explain), or
+// nothing where it would decline.
 struct CudaForwardBackend {
   const char* name;
+  std::optional<std::string> (*plan)(const GemmActArgs& args);
   bool (*try_run)(const GemmActArgs& args, cudaStream_t stream);
 };
 

@@ -2,12 +2,19 @@
 // forward backend: the backends below are tried in order and the first that
 // takes the case runs it (each declines, doing nothing, what it cannot run
 // or, for a tensor-core family, what would not be at least as fast as the
-// next one). A new backend is a folder under cuda/ and one line here.
+// next one). A new backend is a folder under cuda/ and one line here;
+// docs/DESIGN.md, "Dispatch", has the rule with its measurements.
 //
 //  1. sm90 (cuda/sm90): compute capability 9.0; fp16/bf16, and fp32 where
 //     PyTorch allows TF32; operands TMA can address, or large cases through
-//     aligned copies.
-//  2. simt (cuda/simt): any arch, dtype, strides and alignment.
+//     aligned copies; not a plain GEMM with at most a bias per column, which
+//     the library runs with eager PyTorch's own kernel.
+//  2. library (cuda/library): every GPU, dtype, stride and alignment:
+//     cuBLASLt's fused epilogue where it matches the call, else cuBLAS's
+//     GEMM and one epilogue pass. What every GPU but Hopper gets, and exact
+//     fp32 and fp64 everywhere.
+//  3. simt (cuda/simt): any arch, dtype, strides and alignment; reached only
+//     through the testing switch while the library takes every case.
 //
 // The backward's elementwise pass has one backend (cuda/backward).
 #include <c10/cuda/CUDAGuard.h>
@@ -17,12 +24,15 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "activations.h"
 #include "checks.h"
+#include "cuda/common/device_support.h"
 #include "cuda/common/nvtx_range.h"
 #include "cuda/cuda_backends.h"
+#include "cuda/library/library_backend.h"
 #include "cuda/simt/simt_backend.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
@@ -34,21 +44,35 @@ namespace {
 
 constexpr CudaForwardBackend kForwardBackends[] = {
 #ifdef GEMM_ACT_WITH_SM90
-    {"sm90", &sm90::try_gemm_act},
+    {"sm90", &sm90::plan, &sm90::try_gemm_act},
 #endif
-    {"simt", &gpu::simt::try_gemm_act},
+    {"library", &library::plan, &library::try_gemm_act},
+    {"simt", &gpu::simt::plan, &gpu::simt::try_gemm_act},
 };
+
+// The testing switch's forced backend; empty when the rule decides.
+std::string forced_backend() {
+  return testing::active() ? testing::overrides().cuda_backend : std::string();
+}
+
+[[noreturn]] void unknown_backend(const std::string& forced) {
+  std::string names;
+  for (const std::string& name : cuda_forward_backends()) names += (names.empty() ? "" : ", ") + name;
+  TORCH_CHECK(false, "gemm_act: the forced CUDA backend '", forced,
+              "' does not exist in this build; expected one of: ", names);
+}
 
 void gemm_act_cuda(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
   const c10::cuda::CUDAGuard device_guard(args.y.device());
+  check_device_supported(args.y.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   char label[192];
   std::snprintf(label, sizeof(label), "gemm_act M=%" PRId64 " K=%" PRId64 " N=%" PRId64 " %s %s",
                 p.m, p.k, p.n, c10::toString(args.y.scalar_type()), activation_name(p.activation));
   const NvtxRange range(label);
 
-  const std::string forced = testing::active() ? testing::overrides().cuda_backend : std::string();
+  const std::string forced = forced_backend();
   for (const CudaForwardBackend& backend : kForwardBackends) {
     if (!forced.empty() && forced != backend.name) continue;
     if (backend.try_run(args, stream)) return;
@@ -56,10 +80,29 @@ void gemm_act_cuda(const GemmActArgs& args) {
                 "' cannot run this case (", c10::toString(args.y.scalar_type()), ", M=", p.m,
                 ", K=", p.k, ", N=", p.n, ", activation '", activation_name(p.activation), "')");
   }
-  std::string names;
-  for (const std::string& name : cuda_forward_backends()) names += (names.empty() ? "" : ", ") + name;
-  TORCH_CHECK(false, "gemm_act: the forced CUDA backend '", forced,
-              "' does not exist in this build; expected one of: ", names);
+  unknown_backend(forced);
+}
+
+// What gemm_act_cuda would run for `args`, without running it.
+std::string plan_cuda(const GemmActArgs& args) {
+  const c10::cuda::CUDAGuard device_guard(args.y.device());
+  check_device_supported(args.y.get_device());
+  const GemmActParams& p = args.params;
+  if (p.m == 0 || p.n == 0) return "nothing to compute: the output is empty";
+  const std::string forced = forced_backend();
+  for (const CudaForwardBackend& backend : kForwardBackends) {
+    if (!forced.empty() && forced != backend.name) continue;
+    if (std::optional<std::string> plan = backend.plan(args)) {
+      return std::string(backend.name) + ": " + *plan + " [" + c10::toString(args.y.scalar_type()) + "]";
+    }
+    if (!forced.empty()) return "the forced backend '" + forced + "' cannot run this case";
+  }
+  unknown_backend(forced);
+}
+
+void activation_backward_checked(const ActivationBackwardArgs& args) {
+  check_device_supported(args.grad_y.get_device());
+  activation_backward_cuda(args);
 }
 
 }  // namespace
@@ -82,5 +125,7 @@ std::vector<KernelInfo> compiled_kernels() {
 
 TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cuda>);
-  m.impl("activation_backward", &gemm_act::activation_backward_impl<gemm_act::activation_backward_cuda>);
+  m.impl("activation_backward",
+         &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
+  m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
 }

@@ -19,6 +19,10 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   }
 }
 
+std::optional<std::string> plan(const GemmActArgs&) {
+  return std::string("CUDA-core GEMM with the fused epilogue");
+}
+
 }  // namespace simt
 }  // namespace gpu
 }  // namespace gemm_act

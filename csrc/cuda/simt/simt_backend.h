@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
+#include <string>
+
 #include "backend_args.h"
 
 namespace gemm_act {
@@ -11,6 +14,9 @@ namespace gpu {
 namespace simt {
 
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
+
+// What try_gemm_act runs for `args`.
+std::optional<std::string> plan(const GemmActArgs& args);
 
 }  // namespace simt
 }  // namespace gpu

@@ -154,29 +154,82 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   return true;
 }
 
-}  // namespace
+// How the sm90 family would take a case: not at all, directly, or through
+// aligned copies of the operands (sm90_staging.h).
+enum class Route { kDecline, kDirect, kStaged };
 
-bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
+struct Sm90Case {
+  Route route = Route::kDecline;
+  Dtype dtype = Dtype::BF16;
+  BLayout layout = BLayout::KMajor;  // kDirect only
+  int device = 0;
+};
+
+// Under the testing switch, a forced sm90 backend or kernel takes every case
+// the family can run.
+bool forced_here() {
+  if (!testing::active()) return false;
+  const testing::Overrides& o = testing::overrides();
+  return o.cuda_backend == "sm90" || !o.sm90_kernel.empty();
+}
+
+// A plain GEMM (activation none, no C, no Z) with at most a bias per column
+// is exactly what eager F.linear runs through cuBLASLt, and the library
+// backend runs that same kernel; this family is no faster there on aligned
+// operands (8192x16384x4096 bf16: 1.00x torch.mm against eager's 0.97x).
+bool library_is_eager(const GemmActParams& p) {
+  return p.activation == Activation::None && p.c == nullptr && p.z == nullptr &&
+         (p.bias_kind == BiasKind::None || p.bias_kind == BiasKind::PerColumn);
+}
+
+Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
-  if (!args.a.defined() || !args.a.is_cuda()) return false;
+  Sm90Case out;
+  if (!args.a.defined() || !args.a.is_cuda()) return out;
   const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
-  if (!dtype.has_value()) return false;
-
-  const int device = args.a.get_device();
-  const DeviceInfo& info = device_info(device);
-  if (!info.is_sm90) return false;
+  if (!dtype.has_value()) return out;
+  out.dtype = *dtype;
+  out.device = args.a.get_device();
+  if (!device_info(out.device).is_sm90) return out;
   // K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return false;
-
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return out;
   const int64_t align = 16 / element_bytes(*dtype);
   // wgmma reads TF32 operands K-major only.
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    return run_direct(args, *dtype, *layout, device, info, stream);
+    if (library_is_eager(p) && !forced_here()) return out;
+    out.route = Route::kDirect;
+    out.layout = *layout;
+  } else if (worth_staging(p)) {
+    out.route = Route::kStaged;
   }
-  if (!worth_staging(p)) return false;
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> plan(const GemmActArgs& args) {
+  const Sm90Case c = classify(args);
+  if (c.route == Route::kDecline) return std::nullopt;
+  if (c.route == Route::kStaged) {
+    return std::string(
+        "operands copied to 16-byte-aligned buffers first, the configuration chosen for the copies");
+  }
+  LaunchArgs la;
+  la.sm_count = device_info(c.device).sm_count;
+  choose_launch(args.params, c.dtype, c.layout, la);
+  return std::string(config_name(la.config)) + ", " + layout_name(c.layout) + " B";
+}
+
+bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
+  const Sm90Case c = classify(args);
+  if (c.route == Route::kDecline) return false;
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(c.device));
+  const DeviceInfo& info = device_info(c.device);
+  if (c.route == Route::kDirect) return run_direct(args, c.dtype, c.layout, c.device, info, stream);
+  const int64_t align = 16 / element_bytes(c.dtype);
+  const bool n_major_b_ok = c.dtype != Dtype::F32;
   const StagedCase staged = stage_operands(args, align, n_major_b_ok);
   const std::optional<BLayout> staged_layout = b_fits_tma(staged.args.params, align, n_major_b_ok);
   TORCH_INTERNAL_ASSERT(staged_layout.has_value() && a_fits_tma(staged.args.params, align) &&
@@ -184,7 +237,7 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
                         "gemm_act: staging left an operand TMA cannot read");
   // CUTLASS declining a staged case would waste the copies; it cannot, since
   // the staged operands meet every rule it checks.
-  TORCH_CHECK(run_direct(staged.args, *dtype, *staged_layout, device, info, stream),
+  TORCH_CHECK(run_direct(staged.args, c.dtype, *staged_layout, c.device, info, stream),
               "gemm_act: the sm90 kernel declined a staged case");
   copy_out(staged);
   return true;

@@ -4,13 +4,16 @@
 // The entry the CUDA dispatch rule (cuda/register_cuda.cpp) calls. It takes
 // the case or declines it.
 //
-// It returns false, having done nothing, when the device is not sm_90 or the
-// operands are not what TMA can read (see try_gemm_act in sm90_gemm_act.cu
-// for the exact list); it throws (TORCH_CHECK) only on a real CUDA error.
+// It returns false, having done nothing, when the device is not sm_90, the
+// operands are not what TMA can read, or the library backend runs the same
+// kernel eager PyTorch would (see classify in sm90_gemm_act.cu for the exact
+// list); it throws (TORCH_CHECK) only on a real CUDA error.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backend_args.h"
@@ -22,6 +25,10 @@ namespace sm90 {
 // Runs Y = act(alpha * A @ B + beta * C + bias) (and Z) on `stream` (the
 // current stream of args' device) when the sm90 kernel can; false otherwise.
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
+
+// The configuration try_gemm_act would run for `args`; nothing when it
+// would decline the case.
+std::optional<std::string> plan(const GemmActArgs& args);
 
 // The configurations this build compiled, with their dtypes and B layouts.
 std::vector<KernelInfo> compiled_kernels();

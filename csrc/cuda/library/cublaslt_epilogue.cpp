@@ -1,0 +1,181 @@
+#include "cuda/library/cublaslt_epilogue.h"
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/util/Exception.h>
+#include <cublasLt.h>
+
+#include <cstdint>
+
+#include "activations.h"
+
+namespace gemm_act {
+namespace library {
+namespace {
+
+// cuBLASLt is column-major: row-major Y[M, N] is the column-major N x M
+// matrix D = op(B') op(A'), where B' and A' are B's and A's memory read
+// column-major. An operand qualifies when one of its strides is 1.
+struct ColumnMajorOperand {
+  cublasOperation_t op = CUBLAS_OP_N;
+  uint64_t rows = 0, cols = 0;  // of the stored matrix, before op
+  int64_t ld = 0;
+};
+
+// [outer, inner] with strides (s_outer, s_inner), read as the column-major
+// inner x outer matrix (op N) or, with s_outer == 1, as outer x inner (op T).
+std::optional<ColumnMajorOperand> as_column_major(int64_t outer, int64_t inner, int64_t s_outer,
+                                                  int64_t s_inner) {
+  if ((s_inner == 1 || inner == 1) && (outer == 1 || s_outer >= inner)) {
+    return ColumnMajorOperand{CUBLAS_OP_N, uint64_t(inner), uint64_t(outer),
+                              outer == 1 ? std::max<int64_t>(inner, 1) : s_outer};
+  }
+  if ((s_outer == 1 || outer == 1) && (inner == 1 || s_inner >= outer)) {
+    return ColumnMajorOperand{CUBLAS_OP_T, uint64_t(outer), uint64_t(inner),
+                              inner == 1 ? std::max<int64_t>(outer, 1) : s_inner};
+  }
+  return std::nullopt;
+}
+
+struct LtCase {
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const char* name = "";
+  cudaDataType_t data_type = CUDA_R_16BF;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  ColumnMajorOperand a, b;  // the column-major views: D = op(b) op(a)
+};
+
+std::optional<LtCase> match(const GemmActArgs& args) {
+  const GemmActParams& p = args.params;
+  LtCase lt;
+  switch (args.y.scalar_type()) {
+    case at::kHalf: lt.data_type = CUDA_R_16F; break;
+    case at::kBFloat16: lt.data_type = CUDA_R_16BF; break;
+    case at::kFloat:
+      lt.data_type = CUDA_R_32F;
+      // As torch.mm: TF32 only where PyTorch's matmul precision allows it.
+      lt.compute = at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                         : CUBLAS_COMPUTE_32F;
+      break;
+    default: return std::nullopt;
+  }
+  if (p.k <= 0) return std::nullopt;
+  const bool bias = p.bias_kind == BiasKind::PerColumn;
+  if (p.bias_kind != BiasKind::None && !bias) return std::nullopt;
+  const bool z = p.z != nullptr;
+  switch (p.activation) {
+    case Activation::None:
+      if (z) return std::nullopt;
+      lt.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      lt.name = bias ? "BIAS" : "DEFAULT";
+      break;
+    case Activation::ReLU:
+      if (z) return std::nullopt;
+      lt.epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      lt.name = bias ? "RELU_BIAS" : "RELU";
+      break;
+    case Activation::GELUTanh:
+      if (z) {
+        // The aux matrix's leading dimension (N) must be a multiple of 8.
+        if (p.n % 8 != 0) return std::nullopt;
+        lt.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        lt.name = bias ? "GELU_AUX_BIAS" : "GELU_AUX";
+      } else {
+        lt.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        lt.name = bias ? "GELU_BIAS" : "GELU";
+      }
+      break;
+    default: return std::nullopt;
+  }
+  // C as cuBLASLt reads it: D's order (row-major), any leading dimension.
+  if (p.c != nullptr && !(p.c_stride_n == 1 && (p.m == 1 || p.c_stride_m >= p.n))) return std::nullopt;
+  const auto a = as_column_major(p.m, p.k, p.a_stride_m, p.a_stride_k);
+  const auto b = as_column_major(p.k, p.n, p.b_stride_k, p.b_stride_n);
+  if (!a || !b) return std::nullopt;
+  lt.a = *a;
+  lt.b = *b;
+  return lt;
+}
+
+// RAII for the descriptor objects, destroyed whatever path returns.
+struct LtObjects {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtObjects() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+template <class T>
+bool set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+std::optional<std::string> cublaslt_plan(const GemmActArgs& args) {
+  const std::optional<LtCase> lt = match(args);
+  if (!lt) return std::nullopt;
+  return std::string("cuBLASLt matmul with epilogue ") + lt->name;
+}
+
+bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
+  const std::optional<LtCase> lt = match(args);
+  if (!lt) return false;
+  const GemmActParams& p = args.params;
+  LtObjects o;
+  const cudaDataType_t scale_type = CUDA_R_32F;
+  if (cublasLtMatmulDescCreate(&o.desc, lt->compute, scale_type) != CUBLAS_STATUS_SUCCESS) return false;
+  // D = op(b) op(a): b's view comes first.
+  bool ok = set(o.desc, CUBLASLT_MATMUL_DESC_TRANSA, lt->b.op) &&
+            set(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt->a.op) &&
+            set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt->epilogue);
+  if (ok && p.bias_kind == BiasKind::PerColumn) ok = set(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  if (ok && p.z != nullptr) {
+    ok = set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.z) &&
+         set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.n));
+  }
+  const int64_t ldc = p.c != nullptr ? (p.m == 1 ? p.n : p.c_stride_m) : p.n;
+  ok = ok &&
+       cublasLtMatrixLayoutCreate(&o.b, lt->data_type, lt->b.rows, lt->b.cols, lt->b.ld) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&o.a, lt->data_type, lt->a.rows, lt->a.cols, lt->a.ld) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&o.c, lt->data_type, p.n, p.m, ldc) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&o.d, lt->data_type, p.n, p.m, p.n) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceCreate(&o.pref) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return false;
+
+  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+  void* workspace = at::cuda::getCUDABlasLtWorkspace();
+  if (cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes)) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(handle, o.desc, o.b, o.a, o.c, o.d, o.pref, 1, &heuristic,
+                                     &found) != CUBLAS_STATUS_SUCCESS ||
+      found == 0) {
+    return false;
+  }
+  const float alpha = static_cast<float>(p.alpha);
+  const float beta = p.c != nullptr ? static_cast<float>(p.beta) : 0.0f;
+  const void* c = p.c != nullptr ? p.c : p.y;
+  const cublasStatus_t status =
+      cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, p.y, o.d,
+                     &heuristic.algo, workspace, workspace_bytes, stream);
+  // An argument cuBLASLt rejects leaves nothing written: the caller falls back.
+  if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ",
+              cublasGetStatusString(status));
+  return true;
+}
+
+}  // namespace library
+}  // namespace gemm_act

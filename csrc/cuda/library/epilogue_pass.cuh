@@ -1,0 +1,76 @@
+// The epilogue pass's kernel and launcher (epilogue_pass.h), instantiated
+// per storage type by epilogue_pass_<dtype>.cu.
+#pragma once
+
+#include <c10/cuda/CUDAException.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "activations.h"
+#include "cuda/common/numeric.cuh"
+#include "cuda/epilogue/bias_act_epilogue.cuh"
+#include "cuda/library/epilogue_pass.h"
+
+namespace gemm_act {
+namespace gpu {
+namespace library {
+
+constexpr int kPassThreads = 256;
+
+// Each thread takes kW adjacent columns of a row; blockIdx.y walks the rows
+// (grid-strided past 65535), so no thread divides a 64-bit index. kW > 1
+// only where the epilogue stores kW elements at once (store_vector), which
+// also makes acc's kW-element loads aligned: acc is Y or Z.
+template <class Element, Activation kAct, BiasKind kBias, int kW>
+__global__ void __launch_bounds__(kPassThreads)
+    epilogue_pass_kernel(const EpilogueParams<Element> p, const Element* __restrict__ acc) {
+  using Num = Numeric<Element>;
+  using Compute = typename Num::Compute;
+  const EpilogueBiasAct<Element, kAct, kBias> epilogue(p);
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kPassThreads + threadIdx.x) * kW;
+  if (col0 >= p.n) return;
+  for (int64_t row = blockIdx.y; row < p.m; row += gridDim.y) {
+    const Element* src = acc + row * p.n + col0;
+    Compute values[kW];
+    if constexpr (kW > 1) {
+      const auto in = *reinterpret_cast<const AlignedArray<Element, kW>*>(src);
+#pragma unroll
+      for (int j = 0; j < kW; ++j) values[j] = Num::to_compute(in.v[j]);
+    } else {
+      values[0] = Num::to_compute(*src);
+    }
+    epilogue.template apply_row_segment<kW>(row, col0, values);
+  }
+}
+
+template <class Element, Activation kAct, BiasKind kBias, int kW>
+void launch_pass_kernel(const EpilogueParams<Element>& e, const Element* acc, cudaStream_t stream) {
+  const int64_t segments = (e.n + kW - 1) / kW;
+  const int64_t blocks_x = (segments + kPassThreads - 1) / kPassThreads;
+  // Enough rows in flight to fill the GPU; each block then loops over rows.
+  const int64_t blocks_y = std::min<int64_t>(e.m, std::max<int64_t>(1, 65535 / blocks_x));
+  const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(std::min<int64_t>(blocks_y, 65535)));
+  epilogue_pass_kernel<Element, kAct, kBias, kW><<<grid, kPassThreads, 0, stream>>>(e, acc);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <class Element>
+void launch_epilogue_pass(const GemmActParams& params, const void* acc, cudaStream_t stream) {
+  constexpr int kVector = static_cast<int>(16 / sizeof(Element));
+  const EpilogueParams<Element> e = make_epilogue_params<Element>(params);
+  const auto* src = static_cast<const Element*>(acc);
+  // acc is Y or Z, so store_vector's alignment holds for it too.
+  const bool vector = e.store_vector == kVector && (acc == params.y || acc == params.z);
+  GEMM_ACT_DISPATCH_ACTIVATION(params.activation, GEMM_ACT_DISPATCH_BIAS(params.bias_kind, {
+    if (vector) {
+      launch_pass_kernel<Element, kAct, kBias, kVector>(e, src, stream);
+    } else {
+      launch_pass_kernel<Element, kAct, kBias, 1>(e, src, stream);
+    }
+  }));
+}
+
+}  // namespace library
+}  // namespace gpu
+}  // namespace gemm_act

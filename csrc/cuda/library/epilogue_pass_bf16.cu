@@ -1,0 +1,10 @@
+// The library backend's epilogue pass for __nv_bfloat16 storage: every activation x 4 bias kinds.
+#include "cuda/library/epilogue_pass.cuh"
+
+namespace gemm_act {
+namespace gpu {
+namespace library {
+template void launch_epilogue_pass<__nv_bfloat16>(const GemmActParams&, const void*, cudaStream_t);
+}  // namespace library
+}  // namespace gpu
+}  // namespace gemm_act

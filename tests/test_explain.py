@@ -1,0 +1,76 @@
+"""torch_gemm_act.explain: what a call would run, said before running it."""
+
+import pytest
+import torch
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from reference import random_operands
+
+
+def test_explain_cpu():
+    a, w = random_operands(5, 6, 7, torch.float32, "cpu")
+    assert tga.explain(a, w.t(), activation="gelu") == \
+        "cpu: ATen's GEMM, then one fused epilogue pass [Float]"
+
+
+def test_explain_checks_arguments_as_gemm_act_does():
+    a, w = random_operands(5, 6, 7, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="cannot be multiplied|must equal"):
+        tga.explain(a, w)
+    with pytest.raises(ValueError, match="activation"):
+        tga.explain(a, w.t(), activation="nope")
+
+
+def _case(dtype=torch.bfloat16):
+    a, w = random_operands(64, 136, 200, dtype, "cuda")
+    return a, w.t(), torch.randn(200, dtype=dtype, device="cuda")
+
+
+LT = "library: cuBLASLt matmul with epilogue "
+MM = "library: torch.mm (cuBLAS), then one epilogue pass"
+
+
+@requires_cuda
+def test_explain_names_the_library_path_cuda():
+    a, b, bias = _case()
+    c_t = torch.randn(200, 64, dtype=a.dtype, device="cuda").t()
+    with tga.testing.override(cuda_backend="library"):
+        assert tga.explain(a, b, bias, activation="gelu_tanh") == LT + "GELU_BIAS [BFloat16]"
+        assert tga.explain(a, b, bias, activation="gelu_tanh", return_preact=True) == \
+            LT + "GELU_AUX_BIAS [BFloat16]"
+        assert tga.explain(a, b, None, activation="relu") == LT + "RELU [BFloat16]"
+        # Z for the backward when an input requires grad, as gemm_act decides.
+        assert tga.explain(a, b, bias.clone().requires_grad_(), activation="gelu_tanh") == \
+            LT + "GELU_AUX_BIAS [BFloat16]"
+        # What cuBLASLt does not fuse: erf GELU, a column-major C, Z of relu.
+        assert tga.explain(a, b, bias, activation="gelu") == MM + " [BFloat16]"
+        assert tga.explain(a, b, bias, c_t, activation="gelu_tanh", beta=1.0) == MM + " [BFloat16]"
+        assert tga.explain(a, b, bias, activation="relu", return_preact=True) == MM + " [BFloat16]"
+
+
+@requires_cuda
+def test_explain_follows_the_dispatch_rule_cuda():
+    with tga.testing.override(cuda_backend=""):  # the rule, whatever the environment forced
+        _check_rule()
+
+
+def _check_rule():
+    a, b, bias = _case()
+    assert tga.explain(a, b, bias) == LT + "BIAS [BFloat16]"
+    fused = tga.explain(a, b, bias, activation="gelu")
+    if "sm90" in tga.testing.cuda_backends() and torch.cuda.get_device_capability() == (9, 0):
+        assert fused.startswith("sm90: ") and fused.endswith("kmajor B [BFloat16]"), fused
+    else:
+        assert fused == MM + " [BFloat16]", fused
+    # Exact fp32 (TF32 not allowed) goes to the library on every GPU.
+    a32, b32, bias32 = _case(torch.float32)
+    assert not torch.backends.cuda.matmul.allow_tf32
+    assert tga.explain(a32, b32, bias32, activation="gelu") == MM + " [Float]"
+
+
+@requires_cuda
+def test_explain_under_autocast_sees_the_cast_cuda():
+    a, w = random_operands(64, 136, 200, torch.float32, "cuda")
+    with tga.testing.override(cuda_backend="library"), torch.autocast("cuda", dtype=torch.bfloat16):
+        assert tga.explain(a, w.t(), None, activation="relu") == LT + "RELU [BFloat16]"
