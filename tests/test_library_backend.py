@@ -1,7 +1,7 @@
 """The library backend's cuBLASLt fused epilogues, forced, on the cases they
 match: each must compute exactly our activation (cuBLASLt's GELU is the tanh
-form: in exact fp32 the erf form would miss by up to ~1e-3) and write Z
-where the backward needs it."""
+form: in exact fp32 the erf form would miss by up to ~1e-3), write Z where
+asked, and give the same Y whether Z is stored or not."""
 
 import itertools
 
@@ -12,13 +12,13 @@ import torch_gemm_act as tga
 from conftest import requires_cuda
 from reference import TOL, random_operands, reference64
 
-CASES = list(itertools.product(("none", "relu", "gelu_tanh"), (False, True), (False, True)))
+CASES = list(itertools.product(("none", "relu", "gelu_tanh"), (False, True), (False, True), (False, True)))
 
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("activation,with_bias,with_c", CASES)
-def test_cublaslt_epilogues_cuda(dtype, activation, with_bias, with_c):
+@pytest.mark.parametrize("activation,with_bias,with_c,preact", CASES)
+def test_cublaslt_epilogues_cuda(dtype, activation, with_bias, with_c, preact):
     m, k, n = 100, 136, 200
     a, w = random_operands(m, k, n, dtype, "cuda")
     b = w.t()
@@ -26,14 +26,15 @@ def test_cublaslt_epilogues_cuda(dtype, activation, with_bias, with_c):
     # A row-major C with a padded leading dimension.
     c = torch.randn(m, n + 8, dtype=dtype, device="cuda")[:, :n] if with_c else None
     alpha, beta = (0.5, -1.5) if with_c else (1.25, 0.0)
-    preact = activation == "gelu_tanh"  # the only activation whose Z cuBLASLt writes
     with tga.testing.override(cuda_backend="library"):
         plan = tga.explain(a, b, bias, c, activation=activation, alpha=alpha, beta=beta,
                            return_preact=preact)
         assert plan.startswith("library: cuBLASLt matmul with epilogue "), plan
         out = tga.gemm_act(a, b, bias, c, activation=activation, alpha=alpha, beta=beta,
                            return_preact=preact)
+        y_alone = tga.gemm_act(a, b, bias, c, activation=activation, alpha=alpha, beta=beta)
     y, z = out if preact else (out, None)
+    assert torch.equal(y, y_alone), plan
     y_ref, z_ref = reference64(a, b, bias, c, activation, alpha, beta)
     rtol, atol = TOL[dtype]
     for got, ref in ((y, y_ref), (z, z_ref)):

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "activations.h"
+#include "cuda/library/epilogue_pass.h"
 
 namespace gemm_act {
 namespace library {
@@ -40,6 +41,10 @@ std::optional<ColumnMajorOperand> as_column_major(int64_t outer, int64_t inner, 
 struct LtCase {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const char* name = "";
+  // Z of none or relu: cuBLASLt writes Z (no activation), then the epilogue
+  // pass writes Y = act(Z). Exactly the Y cuBLASLt's RELU would write, since
+  // relu and rounding commute, so Y does not depend on whether Z is stored.
+  bool then_activation = false;
   cudaDataType_t data_type = CUDA_R_16BF;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   ColumnMajorOperand a, b;  // the column-major views: D = op(b) op(a)
@@ -65,14 +70,15 @@ std::optional<LtCase> match(const GemmActArgs& args) {
   const bool z = p.z != nullptr;
   switch (p.activation) {
     case Activation::None:
-      if (z) return std::nullopt;
-      lt.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-      lt.name = bias ? "BIAS" : "DEFAULT";
-      break;
     case Activation::ReLU:
-      if (z) return std::nullopt;
-      lt.epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-      lt.name = bias ? "RELU_BIAS" : "RELU";
+      if (z || p.activation == Activation::None) {
+        lt.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+        lt.name = bias ? "BIAS" : "DEFAULT";
+        lt.then_activation = z;
+      } else {
+        lt.epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+        lt.name = bias ? "RELU_BIAS" : "RELU";
+      }
       break;
     case Activation::GELUTanh:
       if (z) {
@@ -122,7 +128,8 @@ bool set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T
 std::optional<std::string> cublaslt_plan(const GemmActArgs& args) {
   const std::optional<LtCase> lt = match(args);
   if (!lt) return std::nullopt;
-  return std::string("cuBLASLt matmul with epilogue ") + lt->name;
+  return std::string("cuBLASLt matmul with epilogue ") + lt->name +
+         (lt->then_activation ? " into Z, then the activation pass" : "");
 }
 
 bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
@@ -166,14 +173,23 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   }
   const float alpha = static_cast<float>(p.alpha);
   const float beta = p.c != nullptr ? static_cast<float>(p.beta) : 0.0f;
-  const void* c = p.c != nullptr ? p.c : p.y;
+  void* d = lt->then_activation ? p.z : p.y;
+  const void* c = p.c != nullptr ? p.c : d;
   const cublasStatus_t status =
-      cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, p.y, o.d,
+      cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, d, o.d,
                      &heuristic.algo, workspace, workspace_bytes, stream);
   // An argument cuBLASLt rejects leaves nothing written: the caller falls back.
   if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ",
               cublasGetStatusString(status));
+  if (lt->then_activation) {
+    // Z holds the whole pre-activation: the pass only applies the activation.
+    GemmActParams act_only = p;
+    act_only.alpha = 1.0;
+    act_only.c = nullptr;
+    act_only.bias_kind = BiasKind::None;
+    launch_epilogue_pass(args.y.scalar_type(), act_only, p.z, stream);
+  }
   return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <c10/core/ScalarType.h>
 #include <cuda_runtime_api.h>
 
 #include "gemm_act.h"
@@ -27,4 +28,12 @@ extern template void launch_epilogue_pass<__nv_bfloat16>(const GemmActParams&, c
 
 }  // namespace library
 }  // namespace gpu
+
+namespace library {
+
+// launch_epilogue_pass for the storage type `dtype` (fp16, bf16, fp32, fp64).
+void launch_epilogue_pass(c10::ScalarType dtype, const GemmActParams& params, const void* acc,
+                          cudaStream_t stream);
+
+}  // namespace library
 }  // namespace gemm_act

@@ -8,20 +8,16 @@
 
 namespace gemm_act {
 namespace library {
-namespace {
-
-void launch_pass(const GemmActArgs& args, const void* acc, cudaStream_t stream) {
-  const GemmActParams& p = args.params;
-  switch (args.y.scalar_type()) {
+void launch_epilogue_pass(c10::ScalarType dtype, const GemmActParams& p, const void* acc,
+                          cudaStream_t stream) {
+  switch (dtype) {
     case at::kFloat: gpu::library::launch_epilogue_pass<float>(p, acc, stream); return;
     case at::kDouble: gpu::library::launch_epilogue_pass<double>(p, acc, stream); return;
     case at::kHalf: gpu::library::launch_epilogue_pass<__half>(p, acc, stream); return;
     case at::kBFloat16: gpu::library::launch_epilogue_pass<__nv_bfloat16>(p, acc, stream); return;
-    default: TORCH_CHECK(false, "gemm_act: the library backend has no pass for dtype ", args.y.scalar_type());
+    default: TORCH_CHECK(false, "gemm_act: the library backend has no pass for dtype ", dtype);
   }
 }
-
-}  // namespace
 
 std::optional<std::string> plan(const GemmActArgs& args) {
   if (std::optional<std::string> lt = cublaslt_plan(args)) return lt;
@@ -34,7 +30,7 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   // at::mm_out runs on the current stream, which is `stream`.
   at::Tensor acc = args.z.defined() ? args.z : args.y;
   at::mm_out(acc, args.a, args.b);
-  launch_pass(args, acc.data_ptr(), stream);
+  launch_epilogue_pass(args.y.scalar_type(), args.params, acc.data_ptr(), stream);
   return true;
 }
 
