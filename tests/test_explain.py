@@ -45,7 +45,7 @@ def test_explain_names_the_library_path_cuda():
             LT + "GELU_AUX_BIAS [BFloat16]"
         # Z of relu: cuBLASLt writes Z, the pass Y.
         assert tga.explain(a, b, bias, activation="relu", return_preact=True) == \
-            LT + "BIAS into Z, then the activation pass [BFloat16]"
+            LT + "BIAS, then the activation pass [BFloat16]"
         # What cuBLASLt does not fuse: erf GELU, a column-major C.
         assert tga.explain(a, b, bias, activation="gelu") == MM + " [BFloat16]"
         assert tga.explain(a, b, bias, c_t, activation="gelu_tanh", beta=1.0) == MM + " [BFloat16]"

@@ -2,7 +2,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <cublasLt.h>
 
@@ -39,15 +38,13 @@ std::optional<ColumnMajorOperand> as_column_major(int64_t outer, int64_t inner, 
   return std::nullopt;
 }
 
-// cuBLASLt's workspace: the size of PyTorch's default cuBLAS workspace on Hopper.
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
 struct LtCase {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const char* name = "";
-  // Z of none or relu: cuBLASLt writes Z (no activation), then the epilogue
-  // pass writes Y = act(Z). Exactly the Y cuBLASLt's RELU would write, since
-  // relu and rounding commute, so Y does not depend on whether Z is stored.
+  // Z of none or relu: cuBLASLt writes the pre-activation into Y's memory,
+  // then the epilogue pass writes Z = it and Y = act(it). Exactly the Y
+  // cuBLASLt's RELU would write, since relu and rounding commute, so Y does
+  // not depend on whether Z is stored.
   bool then_activation = false;
   cudaDataType_t data_type = CUDA_R_16BF;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -133,7 +130,7 @@ std::optional<std::string> cublaslt_plan(const GemmActArgs& args) {
   const std::optional<LtCase> lt = match(args);
   if (!lt) return std::nullopt;
   return std::string("cuBLASLt matmul with epilogue ") + lt->name +
-         (lt->then_activation ? " into Z, then the activation pass" : "");
+         (lt->then_activation ? ", then the activation pass" : "");
 }
 
 bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
@@ -148,7 +145,9 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
             set(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt->a.op) &&
             set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt->epilogue);
   if (ok && p.bias_kind == BiasKind::PerColumn) ok = set(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  if (ok && p.z != nullptr) {
+  // The aux matrix only for GELU_AUX (set for another epilogue, cuBLASLt
+  // wrote into it: NaN rows in Z).
+  if (ok && p.z != nullptr && !lt->then_activation) {
     ok = set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.z) &&
          set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.n));
   }
@@ -162,14 +161,9 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   if (!ok) return false;
 
   const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  // A workspace of our own, of exactly the size cuBLASLt is told, from the
-  // caching allocator on this stream. (PyTorch's shared one, with its
-  // reported size, let a split-K algorithm write past it into Z: NaN rows in
-  // Z at 37x29x43 fp32 on the H100, torch 2.11.)
-  const at::Tensor workspace_buffer =
-      at::empty({static_cast<int64_t>(kWorkspaceBytes)}, args.y.options().dtype(at::kByte));
-  const size_t workspace_bytes = kWorkspaceBytes;
-  void* workspace = workspace_buffer.data_ptr();
+  // PyTorch's own cuBLASLt workspace for this handle and stream, as F.linear uses.
+  const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+  void* workspace = at::cuda::getCUDABlasLtWorkspace();
   if (cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                            &workspace_bytes, sizeof(workspace_bytes)) != CUBLAS_STATUS_SUCCESS) {
     return false;
@@ -183,7 +177,7 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   }
   const float alpha = static_cast<float>(p.alpha);
   const float beta = p.c != nullptr ? static_cast<float>(p.beta) : 0.0f;
-  void* d = lt->then_activation ? p.z : p.y;
+  void* d = p.y;
   const void* c = p.c != nullptr ? p.c : d;
   const cublasStatus_t status =
       cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, d, o.d,
@@ -193,12 +187,12 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ",
               cublasGetStatusString(status));
   if (lt->then_activation) {
-    // Z holds the whole pre-activation: the pass only applies the activation.
+    // Y holds the whole pre-activation: the pass only applies the activation.
     GemmActParams act_only = p;
     act_only.alpha = 1.0;
     act_only.c = nullptr;
     act_only.bias_kind = BiasKind::None;
-    launch_epilogue_pass(args.y.scalar_type(), act_only, p.z, stream);
+    launch_epilogue_pass(args.y.scalar_type(), act_only, p.y, stream);
   }
   return true;
 }
