@@ -78,7 +78,8 @@ def run_cases(only_bf16_weight_t, small):
         for act, bias, cc, preact in itertools.product(
                 ("none", "relu", "gelu_tanh"), (None, torch.randn(n, device=dev, dtype=dtype)),
                 (None, c), (False, True)):
-            tga.gemm_act(a, w.t(), bias, cc, activation=act, beta=0.5, return_preact=preact)
+            tga.gemm_act(a, w.t(), bias, cc, activation=act, beta=0.0 if cc is None else 0.5,
+                         return_preact=preact)
             count += 1
     if small:
         return count

@@ -43,12 +43,14 @@ def test_explain_names_the_library_path_cuda():
         # Z for the backward when an input requires grad, as gemm_act decides.
         assert tga.explain(a, b, bias.clone().requires_grad_(), activation="gelu_tanh") == \
             LT + "GELU_AUX_BIAS [BFloat16]"
-        # Z of relu: cuBLASLt writes Z, the pass Y.
+        # Z of relu, and activations cuBLASLt lacks: its bias epilogue, then the pass.
         assert tga.explain(a, b, bias, activation="relu", return_preact=True) == \
             LT + "BIAS, then the activation pass [BFloat16]"
-        # What cuBLASLt does not fuse: erf GELU, a column-major C.
-        assert tga.explain(a, b, bias, activation="gelu") == MM + " [BFloat16]"
+        assert tga.explain(a, b, bias, activation="gelu") == LT + "BIAS, then the activation pass [BFloat16]"
+        # What cuBLASLt cannot take: a column-major C, a bias per row.
         assert tga.explain(a, b, bias, c_t, activation="gelu_tanh", beta=1.0) == MM + " [BFloat16]"
+        row_bias = torch.randn(64, 1, dtype=a.dtype, device="cuda")
+        assert tga.explain(a, b, row_bias, activation="relu") == MM + " [BFloat16]"
 
 
 @requires_cuda
@@ -64,11 +66,11 @@ def _check_rule():
     if "sm90" in tga.testing.cuda_backends() and torch.cuda.get_device_capability() == (9, 0):
         assert fused.startswith("sm90: ") and fused.endswith("kmajor B [BFloat16]"), fused
     else:
-        assert fused == MM + " [BFloat16]", fused
+        assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
     # Exact fp32 (TF32 not allowed) goes to the library on every GPU.
     a32, b32, bias32 = _case(torch.float32)
     assert not torch.backends.cuda.matmul.allow_tf32
-    assert tga.explain(a32, b32, bias32, activation="gelu") == MM + " [Float]"
+    assert tga.explain(a32, b32, bias32, activation="gelu") == LT + "BIAS, then the activation pass [Float]"
 
 
 @requires_cuda

@@ -12,7 +12,9 @@ import torch_gemm_act as tga
 from conftest import requires_cuda
 from reference import TOL, random_operands, reference64
 
-CASES = list(itertools.product(("none", "relu", "gelu_tanh"), (False, True), (False, True), (False, True)))
+# relu and gelu_tanh fused by cuBLASLt, the others through its bias epilogue and the pass.
+CASES = list(itertools.product(("none", "relu", "gelu_tanh", "gelu", "silu"), (False, True), (False, True),
+                               (False, True)))
 
 
 @requires_cuda

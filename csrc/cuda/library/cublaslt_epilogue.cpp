@@ -41,11 +41,10 @@ std::optional<ColumnMajorOperand> as_column_major(int64_t outer, int64_t inner, 
 struct LtCase {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const char* name = "";
-  // Z of none or relu: cuBLASLt writes the pre-activation into Y's memory,
-  // then the epilogue pass writes Z = it and Y = act(it). Exactly the Y
-  // cuBLASLt's RELU would write, since relu and rounding commute, so Y does
-  // not depend on whether Z is stored.
+  // cuBLASLt writes the pre-activation into Z's memory (Y's without Z),
+  // then the epilogue pass writes Y = act(it).
   bool then_activation = false;
+  bool gelu_aux = false;  // Z is GELU_AUX's aux matrix
   cudaDataType_t data_type = CUDA_R_16BF;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   ColumnMajorOperand a, b;  // the column-major views: D = op(b) op(a)
@@ -69,30 +68,25 @@ std::optional<LtCase> match(const GemmActArgs& args) {
   const bool bias = p.bias_kind == BiasKind::PerColumn;
   if (p.bias_kind != BiasKind::None && !bias) return std::nullopt;
   const bool z = p.z != nullptr;
-  switch (p.activation) {
-    case Activation::None:
-    case Activation::ReLU:
-      if (z || p.activation == Activation::None) {
-        lt.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-        lt.name = bias ? "BIAS" : "DEFAULT";
-        lt.then_activation = z;
-      } else {
-        lt.epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-        lt.name = bias ? "RELU_BIAS" : "RELU";
-      }
-      break;
-    case Activation::GELUTanh:
-      if (z) {
-        // The aux matrix's leading dimension (N) must be a multiple of 8.
-        if (p.n % 8 != 0) return std::nullopt;
-        lt.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        lt.name = bias ? "GELU_AUX_BIAS" : "GELU_AUX";
-      } else {
-        lt.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-        lt.name = bias ? "GELU_BIAS" : "GELU";
-      }
-      break;
-    default: return std::nullopt;
+  // cuBLASLt's own activation where it is exactly ours and writes what is
+  // asked: RELU without Z (Z is not what it keeps), GELU (the tanh form),
+  // with Z as its aux matrix (whose leading dimension, N, must be a multiple
+  // of 8). Any other case: the pre-activation through the bias epilogue into
+  // Z (when stored) or Y, then the activation pass, as eager F.linear and
+  // its activation do; relu and rounding commute, so Y is the same whether
+  // Z is stored or not.
+  if (p.activation == Activation::ReLU && !z) {
+    lt.epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    lt.name = bias ? "RELU_BIAS" : "RELU";
+  } else if (p.activation == Activation::GELUTanh && (!z || p.n % 8 == 0)) {
+    lt.gelu_aux = z;
+    lt.epilogue = z ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                    : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    lt.name = z ? (bias ? "GELU_AUX_BIAS" : "GELU_AUX") : (bias ? "GELU_BIAS" : "GELU");
+  } else {
+    lt.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    lt.name = bias ? "BIAS" : "DEFAULT";
+    lt.then_activation = p.activation != Activation::None || z;
   }
   // C as cuBLASLt reads it: D's order (row-major), any leading dimension.
   if (p.c != nullptr && !(p.c_stride_n == 1 && (p.m == 1 || p.c_stride_m >= p.n))) return std::nullopt;
@@ -145,9 +139,9 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
             set(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt->a.op) &&
             set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt->epilogue);
   if (ok && p.bias_kind == BiasKind::PerColumn) ok = set(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  // The aux matrix only for GELU_AUX (set for another epilogue, cuBLASLt
+  // The aux matrix only for GELU_AUX (set with another epilogue, cuBLASLt
   // wrote into it: NaN rows in Z).
-  if (ok && p.z != nullptr && !lt->then_activation) {
+  if (ok && lt->gelu_aux) {
     ok = set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.z) &&
          set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.n));
   }
@@ -177,7 +171,7 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   }
   const float alpha = static_cast<float>(p.alpha);
   const float beta = p.c != nullptr ? static_cast<float>(p.beta) : 0.0f;
-  void* d = p.y;
+  void* d = lt->then_activation && p.z != nullptr ? p.z : p.y;
   const void* c = p.c != nullptr ? p.c : d;
   const cublasStatus_t status =
       cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, d, o.d,
@@ -187,12 +181,14 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ",
               cublasGetStatusString(status));
   if (lt->then_activation) {
-    // Y holds the whole pre-activation: the pass only applies the activation.
+    // D holds the whole pre-activation, Z's final value when Z is stored:
+    // the pass only applies the activation and writes Y.
     GemmActParams act_only = p;
     act_only.alpha = 1.0;
     act_only.c = nullptr;
     act_only.bias_kind = BiasKind::None;
-    launch_epilogue_pass(args.y.scalar_type(), act_only, p.y, stream);
+    act_only.z = nullptr;
+    launch_epilogue_pass(args.y.scalar_type(), act_only, d, stream);
   }
   return true;
 }

@@ -1,8 +1,9 @@
-// cuBLASLt with its own fused epilogue, for the calls it matches exactly:
-// fp16/bf16/fp32, activation none, relu or gelu_tanh (cuBLASLt's GELU is
-// the tanh form), no bias or a bias per column, C (if any) row-major, and Z
-// stored only for gelu_tanh (GELU_AUX: cuBLASLt writes the GELU input).
-// This is the kernel eager F.linear runs for a Linear with a bias.
+// cuBLASLt with its own fused epilogue, for the calls whose pre-activation
+// it computes as the op does: fp16/bf16/fp32, no bias or a bias per
+// column, C (if any) row-major. Its RELU and GELU (the tanh form; Z as
+// GELU_AUX's aux matrix) where they are the call's activation; otherwise
+// the bias epilogue, which eager F.linear runs for a Linear with a bias,
+// followed by the activation pass (epilogue_pass.h).
 #pragma once
 
 #include <cuda_runtime_api.h>

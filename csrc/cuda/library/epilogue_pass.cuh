@@ -20,8 +20,8 @@ constexpr int kPassThreads = 256;
 
 // Each thread takes kW adjacent columns of a row; blockIdx.y walks the rows
 // (grid-strided past 65535), so no thread divides a 64-bit index. kW > 1
-// only where the epilogue stores kW elements at once (store_vector), which
-// also makes acc's kW-element loads aligned: acc is Y or Z.
+// only where the epilogue stores kW elements at once (store_vector) and acc
+// is 16-byte aligned.
 template <class Element, Activation kAct, BiasKind kBias, int kW>
 __global__ void __launch_bounds__(kPassThreads)
     epilogue_pass_kernel(const EpilogueParams<Element> p, const Element* __restrict__ acc) {
@@ -60,8 +60,9 @@ void launch_epilogue_pass(const GemmActParams& params, const void* acc, cudaStre
   constexpr int kVector = static_cast<int>(16 / sizeof(Element));
   const EpilogueParams<Element> e = make_epilogue_params<Element>(params);
   const auto* src = static_cast<const Element*>(acc);
-  // acc is Y or Z, so store_vector's alignment holds for it too.
-  const bool vector = e.store_vector == kVector && (acc == params.y || acc == params.z);
+  // store_vector also says that n is a multiple of kVector, so every row of
+  // acc is 16-byte aligned where acc is.
+  const bool vector = e.store_vector == kVector && reinterpret_cast<uintptr_t>(acc) % 16 == 0;
   GEMM_ACT_DISPATCH_ACTIVATION(params.activation, GEMM_ACT_DISPATCH_BIAS(params.bias_kind, {
     if (vector) {
       launch_pass_kernel<Element, kAct, kBias, kVector>(e, src, stream);
