@@ -1,0 +1,217 @@
+// The sm80 entry: decides whether the cp.async + mma.sync kernels can take
+// a case, picks the configuration (sm80_heuristic.h) and runs it. The
+// kernels are in kernels/*.cu; this file sees PyTorch and no CUTLASS.
+#include "cuda/sm80/sm80_gemm_act.h"
+
+#include <c10/core/ScalarType.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "activations.h"
+#include "cuda/sm80/sm80_heuristic.h"
+#include "cuda/sm80/sm80_launch.h"
+#include "cuda/sm80/sm80_types.h"
+#include "testing.h"
+
+namespace gemm_act {
+namespace sm80 {
+namespace {
+
+struct DeviceInfo {
+  int major = 0;  // compute capability major; 0 where the query failed
+  DeviceLimits limits;
+};
+
+const DeviceInfo& device_info(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::once_flag, kMaxDevices> once;
+  static std::array<DeviceInfo, kMaxDevices> info;
+  static const DeviceInfo none;
+  if (device < 0 || device >= kMaxDevices) return none;
+  std::call_once(once[device], [device] {
+    DeviceInfo d;
+    const bool ok =
+        cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&d.limits.sm_count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&d.limits.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+            cudaSuccess;
+    if (ok) {
+      info[device] = d;
+    } else {
+      cudaGetLastError();
+    }
+  });
+  return info[device];
+}
+
+const char* dtype_name(Dtype dtype) { return dtype == Dtype::F16 ? "f16" : "bf16"; }
+const char* layout_name(BLayout layout) { return layout == BLayout::KMajor ? "kmajor" : "nmajor"; }
+
+// The testing switch's forced configuration: Overrides::sm80_kernel where
+// this build's testing.h has that field, else none.
+template <class O>
+auto sm80_kernel_field(const O& o, int) -> decltype(std::string(o.sm80_kernel)) {
+  return o.sm80_kernel;
+}
+template <class O>
+std::string sm80_kernel_field(const O&, long) {
+  return {};
+}
+
+std::string forced_kernel() {
+  return testing::active() ? sm80_kernel_field(testing::overrides(), 0) : std::string();
+}
+
+// Under the testing switch, a forced sm80 backend or kernel takes every case
+// the family can run, on any GPU from sm_80 on.
+bool forced_here() {
+  if (!testing::active()) return false;
+  return testing::overrides().cuda_backend == "sm80" || !forced_kernel().empty();
+}
+
+// The configuration named `name` (the testing switch's sm80_kernel).
+KernelConfig config_named(const std::string& name) {
+  std::string known;
+  for (int i = 0; i < kNumKernelConfigs; ++i) {
+    const auto config = static_cast<KernelConfig>(i);
+    if (name == config_name(config)) return config;
+    known += known.empty() ? "" : ", ";
+    known += config_name(config);
+  }
+  TORCH_CHECK_VALUE(false, "gemm_act: no sm80 kernel configuration '", name,
+                    "' in this build; expected one of: ", known);
+}
+
+std::optional<Dtype> sm80_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf:
+      return Dtype::F16;
+    case at::kBFloat16:
+      return Dtype::BF16;
+    default:
+      return std::nullopt;  // fp32 (TF32) and fp64 are not this family's
+  }
+}
+
+// The kernel reads A and B in 16-byte vectors (8 elements) along their
+// contiguous dimension, each starting at a multiple of 8 elements of a row:
+// the base must be 16-byte aligned and the other dimension's stride a
+// multiple of 8. A dimension of extent 1 may have any stride (only index 0
+// is read). Y, Z, C and the bias have no rules: the epilogue checks their
+// alignment itself.
+constexpr int64_t kVector = 8;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool a_fits(const GemmActParams& p) {
+  return aligned16(p.a) && (p.a_stride_k == 1 || p.k == 1) && (p.a_stride_m % kVector == 0 || p.m == 1);
+}
+
+std::optional<BLayout> b_layout(const GemmActParams& p) {
+  if (!aligned16(p.b)) return std::nullopt;
+  if ((p.b_stride_k == 1 || p.k == 1) && (p.b_stride_n % kVector == 0 || p.n == 1)) return BLayout::KMajor;
+  if ((p.b_stride_n == 1 || p.n == 1) && (p.b_stride_k % kVector == 0 || p.k == 1)) return BLayout::NMajor;
+  return std::nullopt;
+}
+
+struct Sm80Case {
+  bool run = false;
+  Dtype dtype = Dtype::BF16;
+  BLayout layout = BLayout::KMajor;
+  KernelConfig config{};
+  int device = 0;
+};
+
+Sm80Case classify(const GemmActArgs& args) {
+  const GemmActParams& p = args.params;
+  Sm80Case out;
+  if (!args.a.defined() || !args.a.is_cuda()) return out;
+  const std::optional<Dtype> dtype = sm80_dtype(args.a.scalar_type());
+  if (!dtype.has_value()) return out;
+  out.dtype = *dtype;
+  out.device = args.a.get_device();
+  const DeviceInfo& info = device_info(out.device);
+  if (info.major < 8 || (info.major > 8 && !forced_here())) return out;
+  // K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return out;
+  const std::optional<BLayout> layout = b_layout(p);
+  if (!a_fits(p) || !layout.has_value()) return out;
+  out.layout = *layout;
+
+  const std::string forced = forced_kernel();
+  if (!forced.empty()) {
+    out.config = config_named(forced);
+    TORCH_CHECK(is_compiled(out.config, out.dtype, out.layout),
+                "gemm_act: the forced sm80 kernel '", forced, "' is not compiled for ",
+                dtype_name(out.dtype), " with a ", layout_name(out.layout),
+                " B (torch_gemm_act.testing.kernels() lists what is compiled); leave sm80_kernel "
+                "unset to let the heuristic choose");
+    TORCH_CHECK(fits(out.config, info.limits), "gemm_act: the forced sm80 kernel '", forced,
+                "' needs ", config_info(out.config).smem_bytes,
+                " bytes of shared memory per block; this GPU allows ", info.limits.smem_optin);
+  } else {
+    const std::optional<KernelConfig> config = choose_config(p.m, p.n, out.dtype, out.layout, info.limits);
+    if (!config.has_value()) return out;
+    out.config = *config;
+  }
+  out.run = true;
+  return out;
+}
+
+// Runs kernel (config, dtype, layout, act); classify made sure it is compiled.
+cudaError_t launch(const Sm80Case& c, const GemmActParams& p, cudaStream_t stream) {
+#define GEMM_ACT_SM80_CASE(C, D, L)                                                              \
+  if (c.config == KernelConfig::C && c.dtype == Dtype::D && c.layout == BLayout::L) {            \
+    cudaError_t err = cudaSuccess;                                                               \
+    GEMM_ACT_DISPATCH_ACTIVATION(                                                                \
+        p.activation, err = launch_kernel<KernelConfig::C, Dtype::D, BLayout::L, kAct>(p, stream)); \
+    return err;                                                                                  \
+  }
+  GEMM_ACT_SM80_FOR_EACH_KERNEL(GEMM_ACT_SM80_CASE)
+#undef GEMM_ACT_SM80_CASE
+  TORCH_INTERNAL_ASSERT(false, "gemm_act: sm80 kernel ", config_name(c.config), " is not compiled for ",
+                        dtype_name(c.dtype), ", ", layout_name(c.layout), " B");
+}
+
+}  // namespace
+
+std::optional<std::string> plan(const GemmActArgs& args) {
+  const Sm80Case c = classify(args);
+  if (!c.run) return std::nullopt;
+  return std::string("sm80 ") + config_name(c.config) + " (" + dtype_name(c.dtype) + ", " +
+         layout_name(c.layout) + " B)";
+}
+
+bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
+  const Sm80Case c = classify(args);
+  if (!c.run) return false;
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(c.device));
+  const GemmActParams& p = args.params;
+  const cudaError_t err = launch(c, p, stream);
+  // The build holds no code of the kernel for this GPU (its shared-memory
+  // opt-in failed, so nothing was launched): another backend runs the case.
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) return false;
+  TORCH_CHECK(err == cudaSuccess, "gemm_act: the sm80 kernel ", config_name(c.config), " (",
+              dtype_name(c.dtype), ", ", layout_name(c.layout), " B, activation '",
+              activation_name(p.activation), "') failed: ", cudaGetErrorString(err));
+  return true;
+}
+
+std::vector<KernelInfo> compiled_kernels() {
+  std::vector<KernelInfo> out;
+#define GEMM_ACT_SM80_INFO(C, D, L) \
+  out.push_back({"sm80", config_name(KernelConfig::C), dtype_name(Dtype::D), layout_name(BLayout::L), true});
+  GEMM_ACT_SM80_FOR_EACH_KERNEL(GEMM_ACT_SM80_INFO)
+#undef GEMM_ACT_SM80_INFO
+  return out;
+}
+
+}  // namespace sm80
+}  // namespace gemm_act

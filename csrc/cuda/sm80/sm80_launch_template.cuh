@@ -1,0 +1,89 @@
+// The definition of the seam's launch_kernel (sm80_launch.h): fills the
+// kernel's parameters, opts in to its shared memory and launches it, one
+// kernel per bias kind. Only the kernel units (kernels/*.cu) include this.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "activations.h"
+#include "cuda/epilogue/bias_act_epilogue.cuh"
+#include "cuda/sm80/sm80_config.cuh"
+#include "cuda/sm80/sm80_heuristic.h"
+#include "cuda/sm80/sm80_kernel.cuh"
+#include "cuda/sm80/sm80_launch.h"
+#include "gemm_act.h"
+
+namespace gemm_act {
+namespace sm80 {
+
+namespace detail {
+
+// Launches one (activation, bias kind) instance of the kernel.
+template <class Traits, Activation kAct, BiasKind kBias>
+cudaError_t launch(const KernelParams<typename Traits::CudaElement>& kp, int device,
+                   cudaStream_t stream) {
+  const auto kernel = sm80_gemm_act_kernel<Traits, kAct, kBias>;
+  // More than 48 KiB of dynamic shared memory needs an opt-in, once per
+  // device (the attribute lives in the device's context). Its result (no
+  // image of this kernel for the device, say) is kept and returned on every
+  // launch.
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t opt_in[kMaxDevices];
+  auto set_smem = [&] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  };
+  cudaError_t err;
+  if (device >= 0 && device < kMaxDevices) {
+    std::call_once(once[device], [&] { opt_in[device] = set_smem(); });
+    err = opt_in[device];
+  } else {
+    err = set_smem();
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky; clear it
+    return err;
+  }
+  kernel<<<static_cast<unsigned>(kp.tiles_m * kp.tiles_n), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+cudaError_t launch_kernel(const GemmActParams& p, cudaStream_t stream) {
+  using Traits = KernelTraits<kConfig, kDtype, kB>;
+  using Element = typename Traits::CudaElement;
+  int device = 0, sm_count = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+
+  const int64_t tiles_m = ceil_div(p.m, Traits::kTileM);
+  const int64_t tiles_n = ceil_div(p.n, Traits::kTileN);
+  // ops.cpp caps M, N and K at 2^31 - 1, so each fits an int; the grid's
+  // x dimension must hold the tile count (an output of 2^45 elements would
+  // be needed to exceed it).
+  if (tiles_m * tiles_n > INT32_MAX) return cudaErrorInvalidConfiguration;
+
+  KernelParams<Element> kp;
+  kp.a = p.a;
+  kp.b = p.b;
+  kp.m = static_cast<int>(p.m);
+  kp.n = static_cast<int>(p.n);
+  kp.k = static_cast<int>(p.k);
+  kp.lda = p.a_stride_m;
+  kp.ldb = kB == BLayout::KMajor ? p.b_stride_n : p.b_stride_k;
+  kp.tiles_m = static_cast<int>(tiles_m);
+  kp.tiles_n = static_cast<int>(tiles_n);
+  kp.band_rows = band_rows(tiles_m, tiles_n, Traits::kTileM, Traits::kTileN, sm_count);
+  kp.epi = gpu::make_epilogue_params<Element>(p);
+  GEMM_ACT_DISPATCH_BIAS(p.bias_kind, err = detail::launch<Traits, kAct, kBias>(kp, device, stream));
+  return err;
+}
+
+}  // namespace sm80
+}  // namespace gemm_act
