@@ -6,6 +6,8 @@ Environment:
   MAX_JOBS              parallel compile jobs (ninja, and the sm90 kernels)
   GEMM_ACT_CPU_ONLY=1   skip the CUDA kernels even when nvcc is present
   GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
+  GEMM_ACT_SM80=1       also the Ampere-class (mma.sync) kernels, for sm_80 and sm_90
+                        (opt-in: not yet measured on a GPU)
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
                         else the `nvidia-cutlass` wheel's cutlass_library/source/include)
   GEMM_ACT_LAB=1        also the lab's kernels (lab/README.md); never for a release build
@@ -104,11 +106,22 @@ def _want_cuda():
     return CUDA_HOME is not None and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
 
 
+def _archs():
+    return os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS).replace(" ", ";").split(";")
+
+
 def _want_sm90():
     if os.environ.get("GEMM_ACT_NO_SM90", "0") == "1":
         return False
-    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS).replace(" ", ";").split(";")
-    return any(a.startswith("9.0") for a in archs)
+    return any(a.startswith("9.0") for a in _archs())
+
+
+def _want_sm80():
+    # Opt-in until measured on a GPU (GEMM_ACT_SM80=1); built where the list
+    # names an Ampere-class or Hopper arch.
+    if os.environ.get("GEMM_ACT_SM80", "0") != "1":
+        return False
+    return any(a.startswith(("8.", "9.0")) for a in _archs())
 
 
 def _cutlass_include():
@@ -147,8 +160,8 @@ def _include_closure(src, roots):
     return sorted(seen)
 
 
-def _sm90_object_key(src, defining):
-    """What an sm90 object depends on: its source, the project headers it
+def _object_key(src, defining):
+    """What a family's object depends on: its source, the project headers it
     includes and the defining flags."""
     roots = [CSRC, GENERATED] + ([LAB] if _want_lab() else [])
     digest = hashlib.sha256(" ".join(defining).encode())
@@ -158,12 +171,27 @@ def _sm90_object_key(src, defining):
     return digest.hexdigest()
 
 
-def _compile_sm90_objects(build_temp, abi=None):
-    """The sm_90a kernels: generated, then compiled here for sm_90a only and
-    without torch's flags, to be linked in as objects. `abi`: the libstdc++
-    ABI of the torch they will link with (default: this one's). Yields the
-    object paths."""
-    units = _generate_sm90()
+# The tensor-core families built apart, as objects the extension links: each
+# family's kernel units and the code they are compiled for.
+FAMILY_GENCODES = {
+    "sm90": ["-gencode", "arch=compute_90a,code=sm_90a"],
+    # sm_80 SASS runs on 8.0 to 8.9; sm_90's lets the H100 test the family.
+    "sm80": ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_80,code=sm_90"],
+}
+
+
+def _family_units(family):
+    if family == "sm90":
+        return _generate_sm90()
+    return sorted(glob.glob(os.path.join(CSRC, "cuda", family, "kernels", "*.cu")))
+
+
+def _compile_family_objects(family, build_temp, abi=None):
+    """A family's kernels, compiled here for its own archs only and without
+    torch's flags, to be linked in as objects. `abi`: the libstdc++ ABI of
+    the torch they will link with (default: this one's). Yields the object
+    paths."""
+    units = _family_units(family)
     if abi is None:
         abi = int(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
     nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
@@ -171,19 +199,20 @@ def _compile_sm90_objects(build_temp, abi=None):
     # The options that change what an object is (the lab's build compiles
     # more rows into the shared table): part of every object's key.
     defining = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"lab={int(_want_lab())}"]
-    out_dir = os.path.join(build_temp, "sm90")
+    gencodes = FAMILY_GENCODES[family]
+    out_dir = os.path.join(build_temp, family)
     os.makedirs(out_dir, exist_ok=True)
     jobs = []
     for src in units:
         obj = os.path.join(out_dir, os.path.basename(src) + ".o")
-        key = _sm90_object_key(src, defining)
+        key = _object_key(src, defining + gencodes)
         key_file = obj + ".key"
         if not (os.path.exists(obj) and os.path.exists(key_file) and open(key_file).read() == key):
             # CUTLASS's headers are needed only where something compiles.
             includes = ["-I", CSRC, "-I", GENERATED, "-I", _cutlass_include()]
             includes += ["-I", LAB] if _want_lab() else []
             jobs.append(([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
-                          defining[0], "-gencode", "arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC",
+                          defining[0], *gencodes, "-Xcompiler", "-fPIC",
                           *includes, "-c", src, "-o", obj], key_file, key))
         yield obj
     workers = max(1, int(os.environ.get("MAX_JOBS", os.cpu_count() or 1)))
@@ -215,15 +244,16 @@ class BuildSm90Objects(Command):
 
     def run(self):
         abi = None if self.cxx11_abi is None else int(self.cxx11_abi)
-        objects = list(_compile_sm90_objects(self.build_temp, abi))
+        objects = list(_compile_family_objects("sm90", self.build_temp, abi))
         print(f"{len(objects)} objects in {os.path.join(self.build_temp, 'sm90')}")
 
 
-class BuildExtensionWithSm90(BuildExtension):
+class BuildExtensionWithFamilies(BuildExtension):
     def build_extensions(self):
         for ext in self.extensions:
-            if ("GEMM_ACT_WITH_SM90", None) in ext.define_macros:
-                ext.extra_objects = list(_compile_sm90_objects(self.build_temp))
+            ext.extra_objects = [obj for family in FAMILY_GENCODES
+                                 if (f"GEMM_ACT_WITH_{family.upper()}", None) in ext.define_macros
+                                 for obj in _compile_family_objects(family, self.build_temp)]
         super().build_extensions()
 
 
@@ -235,13 +265,11 @@ def _extension():
                             extra_compile_args={"cxx": cxx_flags})
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
     nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]
-    # Every CUDA source but the sm90 family's, whose entry (PyTorch side,
-    # no CUTLASS) builds here only with its kernels, which come from
-    # _compile_sm90_objects.
-    # The tensor-core families' folders build apart (sm80: not yet wired in).
-    apart = tuple(os.path.join("csrc", "cuda", f) + os.sep for f in ("sm90", "sm80"))
+    # Every CUDA source but the tensor-core families', whose entries (PyTorch
+    # side, no CUTLASS) build here only with their kernels, which come from
+    # _compile_family_objects.
+    apart = tuple(os.path.join("csrc", "cuda", f) + os.sep for f in FAMILY_GENCODES)
     cuda_sources = [s for s in _sources("cuda/**/*.cpp") + _sources("cuda/**/*.cu") if not s.startswith(apart)]
-    sm90 = apart[0]
     macros = [("GEMM_ACT_WITH_CUDA", None)]
     _generate_arch_list_header(os.environ["TORCH_CUDA_ARCH_LIST"])
     include_dirs = [CSRC, GENERATED]
@@ -254,6 +282,9 @@ def _extension():
         _generate_sm90()  # the table header the entry includes
         cuda_sources += _sources("cuda/sm90/*.cpp") + _sources("cuda/sm90/*.cu")
         macros.append(("GEMM_ACT_WITH_SM90", None))
+    if _want_sm80():
+        cuda_sources += _sources("cuda/sm80/*.cu")  # the entry; the kernels are objects
+        macros.append(("GEMM_ACT_WITH_SM80", None))
     defines = [f"-D{name}" for name, _ in macros]
     return CUDAExtension(
         "torch_gemm_act._C",
@@ -270,7 +301,7 @@ setup(
     description="Fused GEMM + bias + activation for PyTorch (CPU and CUDA)",
     packages=find_packages(include=["torch_gemm_act", "torch_gemm_act.*"]),
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtensionWithSm90, "build_sm90_objects": BuildSm90Objects},
+    cmdclass={"build_ext": BuildExtensionWithFamilies, "build_sm90_objects": BuildSm90Objects},
     python_requires=">=3.9",
     install_requires=["torch>=2.5"],
 )

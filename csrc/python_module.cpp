@@ -106,18 +106,19 @@ PyObject* kernels(PyObject*, PyObject*) {
 
 PyObject* set_testing_overrides(PyObject*, PyObject* args) {
   const char* backend = nullptr;
-  const char* kernel = nullptr;
+  const char* sm90_kernel = nullptr;
+  const char* sm80_kernel = nullptr;
   int poison = 0;
-  if (!PyArg_ParseTuple(args, "ssp", &backend, &kernel, &poison)) return nullptr;
-  testing::set_overrides({backend, kernel, poison != 0});
+  if (!PyArg_ParseTuple(args, "ssps", &backend, &sm90_kernel, &poison, &sm80_kernel)) return nullptr;
+  testing::set_overrides({backend, sm90_kernel, sm80_kernel, poison != 0});
   Py_RETURN_NONE;
 }
 
-// (cuda_backend, sm90_kernel, poison_outputs)
+// (cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)
 PyObject* testing_overrides(PyObject*, PyObject*) {
   const testing::Overrides o = testing::overrides();
-  return Py_BuildValue("(ssO)", o.cuda_backend.c_str(), o.sm90_kernel.c_str(),
-                       o.poison_outputs ? Py_True : Py_False);
+  return Py_BuildValue("(ssOs)", o.cuda_backend.c_str(), o.sm90_kernel.c_str(),
+                       o.poison_outputs ? Py_True : Py_False, o.sm80_kernel.c_str());
 }
 
 PyMethodDef kMethods[] = {
@@ -129,9 +130,9 @@ PyMethodDef kMethods[] = {
     {"kernels", kernels, METH_NOARGS,
      "((family, name, dtype, b_layout, stores_z), ...) compiled in this build"},
     {"set_testing_overrides", set_testing_overrides, METH_VARARGS,
-     "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs); see torch_gemm_act.testing"},
+     "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel); see torch_gemm_act.testing"},
     {"testing_overrides", testing_overrides, METH_NOARGS,
-     "(cuda_backend, sm90_kernel, poison_outputs)"},
+     "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

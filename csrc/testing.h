@@ -1,5 +1,5 @@
-// The one switch for tests and measurements: force a CUDA backend or an sm90
-// kernel configuration, and poison outputs before kernels write them. Set
+// The one switch for tests and measurements: force a CUDA backend or a
+// tensor-core family's kernel configuration, and poison outputs before kernels write them. Set
 // from Python with torch_gemm_act.testing.override(...) (or, for the
 // backend, TORCH_GEMM_ACT_BACKEND in the environment, read once at load);
 // nothing else in csrc/ reads the environment. Unset, it costs one relaxed
@@ -14,6 +14,7 @@ namespace testing {
 struct Overrides {
   std::string cuda_backend;  // a name of the CUDA dispatch rule; empty: the rule decides
   std::string sm90_kernel;   // an sm90 configuration's name; empty: the heuristic decides
+  std::string sm80_kernel;   // an sm80 configuration's name; empty: the heuristic decides
   bool poison_outputs = false;  // fill every output with NaN before its kernel runs
 };
 

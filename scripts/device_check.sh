@@ -21,7 +21,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ -x /usr/bin/g++ ]; then
   export CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED="/usr/bin/g++ -shared"
 fi
-export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+export PYTHONUNBUFFERED=1 GEMM_ACT_SM80="${GEMM_ACT_SM80:-0}" MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 

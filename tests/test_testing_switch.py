@@ -155,3 +155,28 @@ def test_each_sm90_kernel_forced_cuda():
                     assert_close(got, ref, dtype)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+@requires_cuda
+def test_each_sm80_kernel_forced_cuda():
+    """Every compiled sm80 configuration, forced (on any GPU from sm_80 on),
+    on ragged cases of its dtype and B layout with every bias kind, C and Z:
+    M and N not multiples of the tile, K with a partial last k-tile."""
+    names = tga.testing.kernels("sm80")
+    if not names:
+        pytest.skip("this build has no sm80 family (GEMM_ACT_SM80=1 builds it)")
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16}
+    for k in names:
+        dtype = dtypes[k["dtype"]]
+        for m, kk, n in ((200, 1096, 392), (1, 8, 136), (300, 72, 264)):
+            a, w = random_operands(m, kk, n, dtype, "cuda")
+            b = w.t() if k["b_layout"] == "kmajor" else w.t().contiguous()
+            c = torch.randn(m, n, dtype=dtype, device="cuda")
+            for bias in (None, torch.randn(n, dtype=dtype, device="cuda"),
+                         torch.randn(m, 1, dtype=dtype, device="cuda")):
+                with tga.testing.override(cuda_backend="sm80", sm80_kernel=k["name"]):
+                    y, z = tga.gemm_act(a, b, bias, c, activation="gelu", alpha=1.5, beta=-0.5,
+                                        return_preact=True)
+                y_ref, z_ref = reference64(a, b, bias, c, activation="gelu", alpha=1.5, beta=-0.5)
+                assert_close(z, z_ref, dtype)
+                assert_close(y, y_ref, dtype)

@@ -6,6 +6,8 @@
         ...   # the dispatch rule decides again (whatever the environment forced)
     with torch_gemm_act.testing.override(sm90_kernel="pingpong_128x128_c1x2"):
         ...   # every sm90 launch uses that configuration (an error where it cannot run)
+    with torch_gemm_act.testing.override(cuda_backend="sm80", sm80_kernel="mma_128x256x32_s4"):
+        ...   # likewise for the Ampere-class family
     with torch_gemm_act.testing.override(poison_outputs=True):
         ...   # outputs are NaN before each kernel writes them
 
@@ -31,21 +33,23 @@ def kernels(family=None):
 
 
 @contextlib.contextmanager
-def override(*, cuda_backend=None, sm90_kernel=None, poison_outputs=None):
+def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, poison_outputs=None):
     """Forces what is given (None keeps the current setting) inside the block."""
     previous = _C.testing_overrides()
     if cuda_backend not in (None, "") and cuda_backend not in cuda_backends():
         raise ValueError(f"no CUDA backend {cuda_backend!r} in this build; expected one of "
                          f"{', '.join(cuda_backends()) or '(none: a CPU-only build)'}")
-    names = sorted({k["name"] for k in kernels("sm90")})
-    if sm90_kernel is not None and sm90_kernel not in names:
-        raise ValueError(f"no sm90 kernel configuration {sm90_kernel!r} in this build; expected one "
-                         f"of {', '.join(names) or '(none)'}")
-    backend, kernel, poison = previous
+    for family, kernel in (("sm90", sm90_kernel), ("sm80", sm80_kernel)):
+        names = sorted({k["name"] for k in kernels(family)})
+        if kernel is not None and kernel not in names:
+            raise ValueError(f"no {family} kernel configuration {kernel!r} in this build; expected one "
+                             f"of {', '.join(names) or '(none)'}")
+    backend, kernel90, poison, kernel80 = previous
     _C.set_testing_overrides(
         backend if cuda_backend is None else cuda_backend,
-        kernel if sm90_kernel is None else sm90_kernel,
-        poison if poison_outputs is None else bool(poison_outputs))
+        kernel90 if sm90_kernel is None else sm90_kernel,
+        poison if poison_outputs is None else bool(poison_outputs),
+        kernel80 if sm80_kernel is None else sm80_kernel)
     try:
         yield
     finally:

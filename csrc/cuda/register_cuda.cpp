@@ -9,11 +9,13 @@
 //     PyTorch allows TF32; operands TMA can address, or large cases through
 //     aligned copies; not a plain GEMM with at most a bias per column, which
 //     the library runs with eager PyTorch's own kernel.
-//  2. library (cuda/library): every GPU, dtype, stride and alignment:
+//  2. sm80 (cuda/sm80, built with GEMM_ACT_SM80=1 only, not yet measured):
+//     the Ampere-class mma.sync family; on sm_90 and later only when forced.
+//  3. library (cuda/library): every GPU, dtype, stride and alignment:
 //     cuBLASLt's fused epilogue where it matches the call, else cuBLAS's
 //     GEMM and one epilogue pass. What every GPU but Hopper gets, and exact
 //     fp32 and fp64 everywhere.
-//  3. simt (cuda/simt): any arch, dtype, strides and alignment; reached only
+//  4. simt (cuda/simt): any arch, dtype, strides and alignment; reached only
 //     through the testing switch while the library takes every case.
 //
 // The backward's elementwise pass has one backend (cuda/backward).
@@ -37,6 +39,9 @@
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
 #endif
+#ifdef GEMM_ACT_WITH_SM80
+#include "cuda/sm80/sm80_gemm_act.h"
+#endif
 #include "testing.h"
 
 namespace gemm_act {
@@ -45,6 +50,9 @@ namespace {
 constexpr CudaForwardBackend kForwardBackends[] = {
 #ifdef GEMM_ACT_WITH_SM90
     {"sm90", &sm90::plan, &sm90::try_gemm_act},
+#endif
+#ifdef GEMM_ACT_WITH_SM80
+    {"sm80", &sm80::plan, &sm80::try_gemm_act},
 #endif
     {"library", &library::plan, &library::try_gemm_act},
     {"simt", &gpu::simt::plan, &gpu::simt::try_gemm_act},
@@ -114,11 +122,14 @@ std::vector<std::string> cuda_forward_backends() {
 }
 
 std::vector<KernelInfo> compiled_kernels() {
+  std::vector<KernelInfo> out;
 #ifdef GEMM_ACT_WITH_SM90
-  return sm90::compiled_kernels();
-#else
-  return {};
+  for (KernelInfo& k : sm90::compiled_kernels()) out.push_back(std::move(k));
 #endif
+#ifdef GEMM_ACT_WITH_SM80
+  for (KernelInfo& k : sm80::compiled_kernels()) out.push_back(std::move(k));
+#endif
+  return out;
 }
 
 }  // namespace gemm_act

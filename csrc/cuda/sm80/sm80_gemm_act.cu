@@ -54,19 +54,9 @@ const DeviceInfo& device_info(int device) {
 const char* dtype_name(Dtype dtype) { return dtype == Dtype::F16 ? "f16" : "bf16"; }
 const char* layout_name(BLayout layout) { return layout == BLayout::KMajor ? "kmajor" : "nmajor"; }
 
-// The testing switch's forced configuration: Overrides::sm80_kernel where
-// this build's testing.h has that field, else none.
-template <class O>
-auto sm80_kernel_field(const O& o, int) -> decltype(std::string(o.sm80_kernel)) {
-  return o.sm80_kernel;
-}
-template <class O>
-std::string sm80_kernel_field(const O&, long) {
-  return {};
-}
-
+// The testing switch's forced configuration; empty: the heuristic decides.
 std::string forced_kernel() {
-  return testing::active() ? sm80_kernel_field(testing::overrides(), 0) : std::string();
+  return testing::active() ? testing::overrides().sm80_kernel : std::string();
 }
 
 // Under the testing switch, a forced sm80 backend or kernel takes every case
