@@ -9,8 +9,8 @@
 # the CPU machine instead and carried along in build/:
 #   python setup.py build_sm90_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
 # setup.py reuses each object whose inputs are unchanged.
-# Measurement steps (lab tools, not run unless named): sweep, clock,
-# mmkernels, ncu, hotspots.
+# Measurement steps (not run unless named): models (bench/models.py), and
+# the lab's sweep, clock, mmkernels, ncu, hotspots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -106,5 +106,10 @@ fi
 if want bench; then
 step bench
 python3 bench/bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+fi
+
+if want models; then
+step "model-level benchmark"
+python3 bench/models.py --out "$OUT" 2>&1 | tee "$OUT/models.log" | tail -25
 fi
 exit $status

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Model-level benchmark: MLP stacks as people write them (nn.Linear,
+activation module, nn.Linear, in nn.Sequential), eager against the same model
+fused with torch_gemm_act.fuse_linear_act, side by side in one run.
+
+    python bench/models.py [--out DIR] [--cases NAME ...] [--no-compile] [--cpu-dry-run]
+
+For each case, mode (inference: a no_grad forward; training: forward and
+backward with a fixed random output gradient) and compilation (eager mode,
+torch.compile), it times the eager and the fused model with
+triton.testing.do_bench (median; the two take turns over --rounds rounds),
+records the peak memory of one step of each, and checks the fused outputs
+(and in training the input gradient) against eager's. Writes
+<UTC time>_<short commit>_models.json and a .png to bench/results/ (or
+--out), recording the commit, csrc tree and device, and prints a table.
+"""
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench  # noqa: E402  (source ids, the timer, the repository on sys.path)
+
+# name: (blocks, tokens, d_model, d_hidden, activation module name, dtype)
+CASES = {
+    "gpt2_small_mlp": (12, 8192, 768, 3072, "gelu_tanh", "bfloat16"),
+    "vit_l_mlp": (8, 12608, 1024, 4096, "gelu", "bfloat16"),
+    "llm_relu_mlp_fp16": (2, 4096, 4096, 11008, "relu", "float16"),
+    "small_mlp_fp32": (6, 512, 256, 1024, "relu", "float32"),
+}
+# Normwise tolerance of the fused model against eager (max |diff| / max |eager|).
+TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
+
+
+def activation_module(name):
+    from torch import nn
+    return {"gelu_tanh": lambda: nn.GELU(approximate="tanh"), "gelu": nn.GELU, "relu": nn.ReLU}[name]()
+
+
+def build(case, device, dry_run):
+    """(eager model, fused copy, input, output gradient) of a case."""
+    import torch
+    from torch import nn
+
+    import torch_gemm_act
+
+    blocks, tokens, d_model, d_hidden, act, dtype_name = CASES[case]
+    if dry_run:  # the plumbing only
+        blocks, tokens, d_model, d_hidden = 2, 16, 32, 64
+    dtype = getattr(torch, dtype_name)
+    layers = []
+    for _ in range(blocks):
+        layers += [nn.Linear(d_model, d_hidden), activation_module(act), nn.Linear(d_hidden, d_model)]
+    eager = nn.Sequential(*layers).to(device=device, dtype=dtype)
+    fused = torch_gemm_act.fuse_linear_act(copy.deepcopy(eager))
+    x = torch.randn(tokens, d_model, device=device, dtype=dtype)
+    gy = torch.randn(tokens, d_model, device=device, dtype=dtype)
+    return eager, fused, x, gy
+
+
+def step_fn(model, x, gy, mode):
+    import torch
+
+    if mode == "inference":
+        def run():
+            with torch.no_grad():
+                return (model(x),)
+        return run
+    xg = x.detach().requires_grad_(True)
+
+    def run():
+        y = model(xg)
+        y.backward(gy)
+        grad = xg.grad
+        xg.grad = None
+        for p in model.parameters():
+            p.grad = None
+        return y.detach(), grad
+    return run
+
+
+def rel_err(got, ref):
+    scale = ref.double().abs().max().item() or 1.0
+    return (got.double() - ref.double()).abs().max().item() / scale
+
+
+def peak_bytes(fn, device):
+    import torch
+
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def measure(case, mode, compiled, ctx):
+    import torch
+
+    args, device, timer = ctx["args"], ctx["device"], ctx["timer"]
+    eager, fused, x, gy = build(case, device, args.cpu_dry_run)
+    models = {"eager": eager, "fused": fused}
+    if compiled:
+        torch.compiler.reset()
+        models = {name: torch.compile(m) for name, m in models.items()}
+    fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
+    row = {"case": case, "mode": mode, "compiled": compiled, "dtype": CASES[case][5],
+           "ms": {}, "peak_bytes": {}}
+    outs = {name: fn() for name, fn in fns.items()}  # also compiles
+    errs = [rel_err(g, r) for g, r in zip(outs["fused"], outs["eager"])]
+    row["max_rel_err"] = max(errs)
+    row["correct"] = row["max_rel_err"] <= TOLERANCE[row["dtype"]]
+    del outs
+    for name, fn in fns.items():
+        row["peak_bytes"][name] = peak_bytes(fn, device)
+    rounds = {name: [] for name in fns}
+    order = list(fns)
+    for r in range(args.rounds):
+        for name in order[r % 2:] + order[:r % 2]:
+            rounds[name].append(timer(fns[name]))
+    row["ms"] = {name: statistics.median(v) for name, v in rounds.items()}
+    return row
+
+
+def table(rows):
+    head = f'{"case":<20} {"mode":<10} {"compiled":<8} {"eager ms":>9} {"fused ms":>9} {"fused/eager":>11} {"peak MiB e/f":>14} err'
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        e, f = r["ms"]["eager"], r["ms"]["fused"]
+        pb = r["peak_bytes"]
+        mem = ("-" if pb.get("eager") is None
+               else f'{pb["eager"] / 2**20:.0f}/{pb["fused"] / 2**20:.0f}')
+        lines.append(f'{r["case"]:<20} {r["mode"]:<10} {str(r["compiled"]):<8} {e:>9.3f} {f:>9.3f} '
+                     f'{f / e:>10.3f}x {mem:>14} {r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}')
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [f'{r["case"]}\n{r["mode"]}{" compiled" if r["compiled"] else ""}' for r in rows]
+    ratios = [r["ms"]["fused"] / r["ms"]["eager"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.8), 4))
+    ax.bar(range(len(rows)), ratios, color=["#2ca02c" if v <= 1 else "#d62728" for v in ratios])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("fused time / eager time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    p.add_argument("--no-compile", action="store_true", help="eager mode only")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time per round, ms")
+    p.add_argument("--cpu-dry-run", action="store_true",
+                   help="for testing this script only: tiny models on the CPU")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    import torch
+
+    args = parse_args(argv)
+    if args.cpu_dry_run:
+        device = "cpu"
+    elif torch.cuda.is_available():
+        device = "cuda"
+    else:
+        print("no CUDA GPU: nothing to measure (--cpu-dry-run checks the script)")
+        return 0
+    timer, timer_desc = bench.make_timer(args, device)
+    commit, csrc_tree, ids_from, dirty = bench.source_ids()
+    ctx = {"args": args, "device": device, "timer": timer}
+    rows = []
+    t0 = time.perf_counter()
+    for case in args.cases:
+        for compiled in (False,) if args.no_compile or args.cpu_dry_run else (False, True):
+            for mode in ("inference", "training"):
+                rows.append(measure(case, mode, compiled, ctx))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"{stamp}_{commit[:7]}_models")
+    results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+               "torch": torch.__version__, "commit": commit, "csrc_tree": csrc_tree,
+               "ids_from": ids_from, "dirty": dirty, "timer": timer_desc,
+               "wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
+    with open(base + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    drew = plot(rows, base + ".png")
+    print(f"\nresults: {base}.json" + (f"\nplot:    {base}.png" if drew else ""))
+    print(table(rows))
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

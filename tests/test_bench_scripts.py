@@ -1,0 +1,26 @@
+"""The benchmark scripts run end to end (on tiny CPU models: their plumbing,
+not their numbers), so a GPU session does not spend its time on a script
+error."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_models_dry_run(tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
+                             "--rounds", "1", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
+    rows = json.loads(out.read_text())["rows"]
+    # Every case, in both modes, with the fields the issue's table asks for.
+    assert {(r["case"], r["mode"]) for r in rows} == {
+        (c, m) for c in ("gpt2_small_mlp", "vit_l_mlp", "llm_relu_mlp_fp16", "small_mlp_fp32")
+        for m in ("inference", "training")}
+    for r in rows:
+        assert set(r["ms"]) == {"eager", "fused"} and set(r["peak_bytes"]) == {"eager", "fused"}
+        assert r["correct"], r
