@@ -3,11 +3,11 @@ compute-sanitizer (memcheck, racecheck): any out-of-bounds access or shared
 memory race shows up there. Run by tests/test_sanitizer.py as
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python tests/sanitize_cases.py \
-        [--cuda-backend NAME | --sm90-kernel NAME] [--small]
+        [--cuda-backend NAME | --sm90-kernel NAME | --sm80-kernel NAME] [--small]
 
 where --cuda-backend forces one CUDA backend on every case, --sm90-kernel
-forces the sm90 backend and one of its configurations on the cases it
-exists for (bf16 with b = weight.t()), and --small skips the larger shapes
+(--sm80-kernel) forces the sm90 (sm80) backend and one of its
+configurations on the cases it exists for (bf16 with b = weight.t()), and --small skips the larger shapes
 (for racecheck, which is slow).
 """
 
@@ -27,11 +27,14 @@ def main():
     p.add_argument("--sm90-kernel", default=None,
                    help="force this sm90 configuration (torch_gemm_act.testing.kernels()) and run only "
                         "bf16 with b = weight.t()")
+    p.add_argument("--sm80-kernel", default=None,
+                   help="force the sm80 backend and this configuration; run only bf16 with b = weight.t()")
     p.add_argument("--small", action="store_true", help="only the small shapes")
     args = p.parse_args()
-    kernel = args.sm90_kernel
-    backend = "sm90" if kernel else args.cuda_backend
-    with tga.testing.override(cuda_backend=backend, sm90_kernel=kernel):
+    kernel = args.sm90_kernel or args.sm80_kernel
+    backend = "sm90" if args.sm90_kernel else "sm80" if args.sm80_kernel else args.cuda_backend
+    with tga.testing.override(cuda_backend=backend, sm90_kernel=args.sm90_kernel,
+                              sm80_kernel=args.sm80_kernel):
         count = run_cases(only_bf16_weight_t=kernel is not None, small=args.small)
     torch.cuda.synchronize()
     what = f"{kernel}, bf16, weight.t()" if kernel else (backend or "dispatch rule")

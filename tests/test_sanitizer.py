@@ -68,3 +68,17 @@ def test_memcheck_each_sm90_kernel_cuda(kernel):
     """Each bf16 configuration forced on every case it exists for, whatever
     the heuristic would choose."""
     _sanitize("memcheck", "--sm90-kernel", kernel)
+
+
+def _sm80_bf16_kmajor_kernels():
+    if not torch.cuda.is_available():
+        return []
+    return sorted({k["name"] for k in tga.testing.kernels("sm80")
+                   if k["dtype"] == "bf16" and k["b_layout"] == "kmajor"})
+
+
+@requires_sanitizer
+@pytest.mark.parametrize("kernel", _sm80_bf16_kmajor_kernels())
+def test_memcheck_each_sm80_kernel_cuda(kernel):
+    """Each bf16 sm80 configuration forced on every case it can run."""
+    _sanitize("memcheck", "--sm80-kernel", kernel)
