@@ -1,5 +1,7 @@
 """opcheck, torch.compile (no graph breaks), CUDA graphs and autocast."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -63,6 +65,35 @@ def test_compile_module(dynamic, device):
     model(x).sum().backward()
     for g, p in zip(grads, model.parameters()):
         assert_close(g, p.grad, torch.float32)
+
+
+def test_compiled_fused_model_does_not_recompile_across_batch_sizes(device):
+    """A model fused with fuse_linear_act, compiled with dynamic shapes and
+    fullgraph (no graph break), trains at several batch sizes from one
+    compiled frame."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
+                                torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    assert sum(isinstance(m, tga.LinearAct) for m in fused.modules()) == 2
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
+    compiled_after_first = None
+    for batch in (8, 13, 40):
+        x = torch.randn(batch, 16, device=device)
+        out = compiled(x)
+        assert_close(out, eager(x), torch.float32)
+        out.sum().backward()
+        # The first call may compile twice: dynamo restarts its analysis
+        # once to specialise the op's float arguments (alpha, beta, slope).
+        compiled_after_first = compiled_after_first or counter.frame_count
+    assert counter.frame_count == compiled_after_first, (
+        f"recompiled for a new batch size: {counter.frame_count} compilations, "
+        f"{compiled_after_first} after the first call")
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
 def test_no_graph_break():
