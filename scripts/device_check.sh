@@ -61,7 +61,7 @@ fi
 
 if want sweep; then
 step "sm90 configurations against each other: SWEEP_CONFIGS='${SWEEP_CONFIGS:-every compiled one}'"
-python3 bench/sm90_sweep.py ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
+python3 bench/kernel_sweep.py ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
   --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
 fi
 
@@ -81,7 +81,7 @@ ncu_case() {
   local spec=$1 m k n act z cfg; shift
   IFS=, read -r m k n act z cfg <<< "$spec"
   ncu "$@" -k regex:device_kernel --launch-skip 2 --launch-count 1 \
-    python3 bench/sm90_sweep.py --profile "$m,$k,$n,$act,$z${cfg:+,$cfg}"
+    python3 bench/kernel_sweep.py --profile "$m,$k,$n,$act,$z${cfg:+,$cfg}"
 }
 
 if want ncu; then

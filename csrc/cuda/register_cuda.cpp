@@ -58,16 +58,21 @@ constexpr CudaForwardBackend kForwardBackends[] = {
     {"simt", &gpu::simt::plan, &gpu::simt::try_gemm_act},
 };
 
-// The testing switch's forced backend; empty when the rule decides.
-std::string forced_backend() {
-  return testing::active() ? testing::overrides().cuda_backend : std::string();
-}
-
-[[noreturn]] void unknown_backend(const std::string& forced) {
+// Where the rule starts: its first backend, or the testing switch's forced
+// one. A forced backend takes every case it can run, on any GPU it can run
+// on; the backends after it take the rest, as on a GPU where it comes first
+// (forcing sm80 on an H100 runs what an A100 would).
+const CudaForwardBackend* first_backend() {
+  if (!testing::active()) return std::begin(kForwardBackends);
+  const std::string forced = testing::overrides().cuda_backend;
+  if (forced.empty()) return std::begin(kForwardBackends);
+  for (const CudaForwardBackend& backend : kForwardBackends) {
+    if (forced == backend.name) return &backend;
+  }
   std::string names;
   for (const std::string& name : cuda_forward_backends()) names += (names.empty() ? "" : ", ") + name;
-  TORCH_CHECK(false, "gemm_act: the forced CUDA backend '", forced,
-              "' does not exist in this build; expected one of: ", names);
+  C10_THROW_ERROR(Error, c10::str("gemm_act: the forced CUDA backend '", forced,
+                                  "' does not exist in this build; expected one of: ", names));
 }
 
 void gemm_act_cuda(const GemmActArgs& args) {
@@ -80,15 +85,11 @@ void gemm_act_cuda(const GemmActArgs& args) {
                 p.m, p.k, p.n, c10::toString(args.y.scalar_type()), activation_name(p.activation));
   const NvtxRange range(label);
 
-  const std::string forced = forced_backend();
-  for (const CudaForwardBackend& backend : kForwardBackends) {
-    if (!forced.empty() && forced != backend.name) continue;
-    if (backend.try_run(args, stream)) return;
-    TORCH_CHECK(forced.empty(), "gemm_act: the forced CUDA backend '", forced,
-                "' cannot run this case (", c10::toString(args.y.scalar_type()), ", M=", p.m,
-                ", K=", p.k, ", N=", p.n, ", activation '", activation_name(p.activation), "')");
+  for (const CudaForwardBackend* backend = first_backend(); backend != std::end(kForwardBackends); ++backend) {
+    if (backend->try_run(args, stream)) return;
   }
-  unknown_backend(forced);
+  TORCH_CHECK(false, "gemm_act: no CUDA backend can run this case (", c10::toString(args.y.scalar_type()),
+              ", M=", p.m, ", K=", p.k, ", N=", p.n, ", activation '", activation_name(p.activation), "')");
 }
 
 // What gemm_act_cuda would run for `args`, without running it.
@@ -97,15 +98,12 @@ std::string plan_cuda(const GemmActArgs& args) {
   check_device_supported(args.y.get_device());
   const GemmActParams& p = args.params;
   if (p.m == 0 || p.n == 0) return "nothing to compute: the output is empty";
-  const std::string forced = forced_backend();
-  for (const CudaForwardBackend& backend : kForwardBackends) {
-    if (!forced.empty() && forced != backend.name) continue;
-    if (std::optional<std::string> plan = backend.plan(args)) {
-      return std::string(backend.name) + ": " + *plan + " [" + c10::toString(args.y.scalar_type()) + "]";
+  for (const CudaForwardBackend* backend = first_backend(); backend != std::end(kForwardBackends); ++backend) {
+    if (std::optional<std::string> plan = backend->plan(args)) {
+      return std::string(backend->name) + ": " + *plan + " [" + c10::toString(args.y.scalar_type()) + "]";
     }
-    if (!forced.empty()) return "the forced backend '" + forced + "' cannot run this case";
   }
-  unknown_backend(forced);
+  return "no CUDA backend can run this case";
 }
 
 void activation_backward_checked(const ActivationBackwardArgs& args) {

@@ -1,7 +1,7 @@
 """The lab's rows of the sm90 table (csrc/cuda/sm90/sm90_kernels.py): kernels
 measured against the release ones and not kept, compiled only in a build with
 GEMM_ACT_LAB=1 (then forced with torch_gemm_act.testing.override, e.g. by
-bench/sm90_sweep.py). They never run unless forced."""
+bench/kernel_sweep.py). They never run unless forced."""
 
 import importlib.util
 import os

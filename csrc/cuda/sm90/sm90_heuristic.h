@@ -1,6 +1,6 @@
 // Which sm90 kernel configuration and tile order a problem gets. No
 // autotuning at call time: a few rules, each measured on an H100 SXM (132
-// SMs) against the alternatives and torch.mm in one run (bench/sm90_sweep.py);
+// SMs) against the alternatives and torch.mm in one run (bench/kernel_sweep.py);
 // the measurements behind each are in docs/DESIGN.md, "sm90 heuristic".
 #pragma once
 

@@ -1,18 +1,19 @@
-"""Measures the sm90 kernel configurations against each other and torch.mm,
-to choose the rules in csrc/cuda/sm90/sm90_heuristic.h.
+"""Measures one tensor-core family's kernel configurations against each other
+and torch.mm, to choose the rules of its heuristic
+(csrc/cuda/<family>/<family>_heuristic.h).
 
 The configurations are the ones this build compiled, by name, as the package
-lists them (torch_gemm_act.testing.kernels("sm90"), from the table in
-csrc/cuda/sm90/sm90_kernels.py; a GEMM_ACT_LAB=1 build adds the lab's), and
-"auto", the heuristic's own choice. Each case runs only the configurations
-compiled for its dtype (B = weight.t(), K-major) that can store what it
-stores. torch_gemm_act.testing.override(sm90_kernel=...) forces one. For each
+lists them (torch_gemm_act.testing.kernels(family), from the family's table;
+a GEMM_ACT_LAB=1 build adds the lab's), and "auto", the heuristic's own
+choice. Each case runs only the configurations compiled for its dtype
+(B = weight.t(), K-major) that can store what it stores; the family's
+backend and configuration are forced through torch_gemm_act.testing.override. For each
 problem torch.mm and the configurations take turns, --rounds times, and each
 keeps the median of its rounds: a GPU clock that drifts with heat and power
 costs them all alike. Each round starts one contender later, so none is
 always the one timed right after torch.mm (2-3% slower under the power cap).
 
-    python bench/sm90_sweep.py [--configs auto,pingpong_128x128_c1x2] [--out sweep.json]
+    python bench/kernel_sweep.py [--family sm80] [--configs auto,pingpong_128x128_c1x2] [--out sweep.json]
 """
 
 import argparse
@@ -22,9 +23,9 @@ import statistics
 SWEEP_DTYPES = {"bf16": "bf16", "fp16": "f16", "tf32": "f32"}  # case dtype -> kernel table dtype
 
 
-def compiled_configs():
+def compiled_configs(family):
     import torch_gemm_act
-    return torch_gemm_act.testing.kernels("sm90")
+    return torch_gemm_act.testing.kernels(family)
 
 
 def runs_case(cfg, dt, store_z, kernels):
@@ -37,6 +38,8 @@ def runs_case(cfg, dt, store_z, kernels):
 
 # (M, K, N, activation, store Z, dtype)
 CASES = [
+    (8192, 8192, 8192, "none", False, "bf16"), (8192, 8192, 8192, "gelu", False, "bf16"),
+    (8192, 4096, 16384, "none", False, "bf16"),
     (8192, 4096, 16384, "gelu", False, "bf16"), (8192, 4096, 16384, "gelu", True, "bf16"),
     (8192, 16384, 4096, "none", False, "bf16"),
     (4096, 4096, 4096, "gelu", False, "bf16"), (4096, 4096, 4096, "gelu", True, "bf16"),
@@ -56,7 +59,7 @@ CASES = [
 ]
 
 
-def measure(configs, rounds, rep, only=None):
+def measure(family, configs, rounds, rep, only=None):
     import torch
     from triton.testing import do_bench
 
@@ -65,15 +68,17 @@ def measure(configs, rounds, rep, only=None):
     def bench(fn):
         return do_bench(fn, warmup=10, rep=rep, return_mode="median")
 
-    kernels = compiled_configs()
+    kernels = compiled_configs(family)
+    dtypes = {k["dtype"] for k in kernels}
 
     def forced(cfg):
-        return tga.testing.override(sm90_kernel=None if cfg == "auto" else cfg)
+        return tga.testing.override(cuda_backend=family,
+                                    **{f"{family}_kernel": None if cfg == "auto" else cfg})
 
     out = []
     for case in CASES:
         m, k, n, act, store_z, dt = case
-        if only and f"{m}x{k}x{n}" not in only:
+        if (only and f"{m}x{k}x{n}" not in only) or SWEEP_DTYPES[dt] not in dtypes:
             continue
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[dt]
         torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
@@ -114,6 +119,7 @@ def measure(configs, rounds, rep, only=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--family", default="sm90", choices=["sm90", "sm80"])
     p.add_argument("--configs", default=None,
                    help="comma-separated configuration names and/or auto (default: auto and every one compiled)")
     p.add_argument("--rounds", type=int, default=5)
@@ -124,18 +130,18 @@ def main():
                    help="run one bf16 case three times and exit (for ncu --launch-skip 2)")
     args = p.parse_args()
     if args.profile:
-        profile_one(*args.profile.split(","))
+        profile_one(args.family, *args.profile.split(","))
         return
     configs = (args.configs.split(",") if args.configs
-               else ["auto", *dict.fromkeys(k["name"] for k in compiled_configs())])
-    results = measure(configs, args.rounds, args.rep, args.only.split(",") if args.only else None)
+               else ["auto", *dict.fromkeys(k["name"] for k in compiled_configs(args.family))])
+    results = measure(args.family, configs, args.rounds, args.rep, args.only.split(",") if args.only else None)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"configs": configs, "rows": results}, f, indent=1)
+            json.dump({"family": args.family, "configs": configs, "rows": results}, f, indent=1)
 
-    print(f"\ntime / torch.mm (bias per column; median of {args.rounds} interleaved rounds); "
-          "* marks the best, ! a wrong result, - not run")
-    print(f"{'M x K x N':<18}{'dt':<5}{'act':<10}{'Z':<3}{'mm ms':>8}"
+    print(f"\n{args.family}: time / torch.mm (bias per column; median of {args.rounds} interleaved rounds); "
+          "* marks the best, ! a wrong result, - not run; TFLOP/s of the best")
+    print(f"{'M x K x N':<18}{'dt':<5}{'act':<10}{'Z':<3}{'mm ms':>8}{'TFLOP/s':>9}"
           + "".join(f"{c:>28}" for c in configs))
     for r in results:
         ratios = {c: ms / r["mm_ms"] for c, ms in r["ms"].items()}
@@ -144,11 +150,12 @@ def main():
             f"{ratios[c]:>26.3f}{'*' if c == best else ' '}{'!' if r['err'][c] > 2e-2 else ' '}"
             if c in ratios else f"{'-':>28}" for c in configs)
         shape = f"{r['M']}x{r['K']}x{r['N']}"
+        tflops = 2 * r["M"] * r["N"] * r["K"] / (r["ms"][best] * 1e9) if best else float("nan")
         print(f"{shape:<18}{r['dtype']:<5}{r['activation']:<10}"
-              f"{'y' if r['z'] else 'n':<3}{r['mm_ms']:>8.3f}" + cells)
+              f"{'y' if r['z'] else 'n':<3}{r['mm_ms']:>8.3f}{tflops:>9.0f}" + cells)
 
 
-def profile_one(m, k, n, act, store_z, config=None):
+def profile_one(family, m, k, n, act, store_z, config=None):
     import torch
 
     import torch_gemm_act as tga
@@ -157,7 +164,7 @@ def profile_one(m, k, n, act, store_z, config=None):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    with tga.testing.override(sm90_kernel=config):
+    with tga.testing.override(cuda_backend=family, **{f"{family}_kernel": config}):
         for _ in range(3):
             tga.gemm_act(a, w.t(), bias, activation=act, return_preact=store_z == "1")
     torch.cuda.synchronize()
