@@ -6,19 +6,19 @@ Environment:
   MAX_JOBS              parallel compile jobs (ninja, and the sm90 kernels)
   GEMM_ACT_CPU_ONLY=1   skip the CUDA kernels even when nvcc is present
   GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
-  GEMM_ACT_SM80=1       also the Ampere-class (mma.sync) kernels, for sm_80 and sm_90
-                        (opt-in: not yet measured on a GPU)
+  GEMM_ACT_NO_SM80=1    skip the Ampere-class (mma.sync) tensor-core kernels
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
                         else the `nvidia-cutlass` wheel's cutlass_library/source/include)
   GEMM_ACT_LAB=1        also the lab's kernels (lab/README.md); never for a release build
 
-The sm90 kernels are generated from their table (csrc/cuda/sm90/sm90_kernels.py)
-into build/generated, one translation unit per configuration, dtype and B
-layout, and compiled here for sm_90a only (without torch's flags) into
-objects that the extension links. `python setup.py build_sm90_objects
---build-temp DIR [--cxx11-abi 0|1]` compiles only those (most of a CUDA
-build's time; they need no PyTorch) into DIR/sm90, so that a build on another
-machine with the same DIR reuses them: an object is reused wherever its
+The tensor-core families' kernels, one translation unit per configuration,
+dtype and B layout, generated from the family's table (csrc/cuda/<family>/
+<family>_kernels.py) into build/generated, are compiled here for their own
+archs only (FAMILY_GENCODES, without torch's flags) into objects that the
+extension links. `python setup.py build_kernel_objects --build-temp DIR
+[--cxx11-abi 0|1]` compiles only those (most of a CUDA build's time; they
+need no PyTorch) into DIR/<family>, so that a build on another machine with
+the same DIR reuses them: an object is reused wherever its
 inputs (its source, the project headers it includes, the defining flags) are
 the same, whatever the files' times.
 """
@@ -66,6 +66,11 @@ def _generate_sm90():
         return table.generate(GENERATED)
     lab = _load(os.path.join(LAB, "sm90", "lab_kernels.py"), "lab_kernels")
     return table.generate(GENERATED, lab.ROWS, lab.EXTRA_TARGETS)
+
+
+def _generate_sm80():
+    """The sm80 kernel table header and kernel units (csrc/cuda/sm80/sm80_kernels.py)."""
+    return _load(os.path.join(CSRC, "cuda", "sm80", "sm80_kernels.py"), "sm80_kernels").generate(GENERATED)
 
 
 def _generate_arch_list_header(arch_list):
@@ -117,9 +122,9 @@ def _want_sm90():
 
 
 def _want_sm80():
-    # Opt-in until measured on a GPU (GEMM_ACT_SM80=1); built where the list
-    # names an Ampere-class or Hopper arch.
-    if os.environ.get("GEMM_ACT_SM80", "0") != "1":
+    # Built where the list names an Ampere-class or Hopper arch (the H100
+    # runs the family forced, to test it).
+    if os.environ.get("GEMM_ACT_NO_SM80", "0") == "1":
         return False
     return any(a.startswith(("8.", "9.0")) for a in _archs())
 
@@ -135,9 +140,9 @@ def _cutlass_include():
         if path and os.path.exists(os.path.join(path, "cute", "tensor.hpp")):
             return path
     raise RuntimeError(
-        "torch_gemm_act: the Hopper kernels need CUTLASS's headers and none were found. "
+        "torch_gemm_act: the tensor-core kernels (CuTe) need CUTLASS's headers and none were found. "
         "Install them with `pip install nvidia-cutlass` (or point GEMM_ACT_CUTLASS_INCLUDE at a "
-        "CUTLASS include folder), or build without them with GEMM_ACT_NO_SM90=1."
+        "CUTLASS include folder), or build without them with GEMM_ACT_NO_SM90=1 GEMM_ACT_NO_SM80=1."
     )
 
 
@@ -181,9 +186,7 @@ FAMILY_GENCODES = {
 
 
 def _family_units(family):
-    if family == "sm90":
-        return _generate_sm90()
-    return sorted(glob.glob(os.path.join(CSRC, "cuda", family, "kernels", "*.cu")))
+    return {"sm90": _generate_sm90, "sm80": _generate_sm80}[family]()
 
 
 def _compile_family_objects(family, build_temp, abi=None):
@@ -227,8 +230,8 @@ def _compile_family_objects(family, build_temp, abi=None):
                 f.write(key)
 
 
-class BuildSm90Objects(Command):
-    description = "compile only the sm_90a kernel objects (see the docstring)"
+class BuildKernelObjects(Command):
+    description = "compile only the tensor-core families' kernel objects (see the docstring)"
     user_options = [
         ("build-temp=", None, "the build_ext temporary folder of the machine that will link them"),
         ("cxx11-abi=", None, "_GLIBCXX_USE_CXX11_ABI of the torch they will link with (default: this one's)"),
@@ -240,12 +243,15 @@ class BuildSm90Objects(Command):
 
     def finalize_options(self):
         if not self.build_temp:
-            raise SystemExit("build_sm90_objects: --build-temp is required")
+            raise SystemExit("build_kernel_objects: --build-temp is required")
 
     def run(self):
         abi = None if self.cxx11_abi is None else int(self.cxx11_abi)
-        objects = list(_compile_family_objects("sm90", self.build_temp, abi))
-        print(f"{len(objects)} objects in {os.path.join(self.build_temp, 'sm90')}")
+        wanted = {"sm90": _want_sm90(), "sm80": _want_sm80()}
+        for family in FAMILY_GENCODES:
+            if wanted[family]:
+                objects = list(_compile_family_objects(family, self.build_temp, abi))
+                print(f"{len(objects)} objects in {os.path.join(self.build_temp, family)}")
 
 
 class BuildExtensionWithFamilies(BuildExtension):
@@ -283,6 +289,7 @@ def _extension():
         cuda_sources += _sources("cuda/sm90/*.cpp") + _sources("cuda/sm90/*.cu")
         macros.append(("GEMM_ACT_WITH_SM90", None))
     if _want_sm80():
+        _generate_sm80()  # the table header the entry includes
         cuda_sources += _sources("cuda/sm80/*.cu")  # the entry; the kernels are objects
         macros.append(("GEMM_ACT_WITH_SM80", None))
     defines = [f"-D{name}" for name, _ in macros]
@@ -301,7 +308,7 @@ setup(
     description="Fused GEMM + bias + activation for PyTorch (CPU and CUDA)",
     packages=find_packages(include=["torch_gemm_act", "torch_gemm_act.*"]),
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtensionWithFamilies, "build_sm90_objects": BuildSm90Objects},
+    cmdclass={"build_ext": BuildExtensionWithFamilies, "build_kernel_objects": BuildKernelObjects},
     python_requires=">=3.9",
     install_requires=["torch>=2.5"],
 )

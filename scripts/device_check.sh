@@ -5,9 +5,9 @@
 # .git may be stale):
 #   GEMM_ACT_COMMIT=$(git rev-parse HEAD) GEMM_ACT_CSRC_TREE=$(git rev-parse HEAD:csrc) \
 #     STEPS="build sass tests bench" bash scripts/device_check.sh [bench args]
-# The sm90 kernel objects (most of a CUDA build's time) can be compiled on
+# The tensor-core kernel objects (most of a CUDA build's time) can be compiled on
 # the CPU machine instead and carried along in build/:
-#   python setup.py build_sm90_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
+#   python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
 # setup.py reuses each object whose inputs are unchanged.
 # Measurement steps (not run unless named): models (bench/models.py), and
 # the lab's sweep, clock, mmkernels, ncu, hotspots.
@@ -21,7 +21,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ -x /usr/bin/g++ ]; then
   export CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED="/usr/bin/g++ -shared"
 fi
-export PYTHONUNBUFFERED=1 GEMM_ACT_SM80="${GEMM_ACT_SM80:-0}" MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 
@@ -33,7 +33,7 @@ status=0
 step build
 ( time python3 setup.py build_ext --inplace ) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 tail -3 "$OUT/build.log"
-echo "sm90 kernel units compiled here (the rest reused): $(grep -c 'kernels/sm90_.*\.cu -o' "$OUT/build.log")"
+echo "family kernel units compiled here (the rest reused): sm90 $(grep -c 'kernels/sm90_.*\.cu -o' "$OUT/build.log"), sm80 $(grep -c 'kernels/sm80_.*\.cu -o' "$OUT/build.log")"
 ldd torch_gemm_act/_C*.so | grep -E "libstdc|libgcc"
 
 if want sass; then

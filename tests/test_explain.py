@@ -78,3 +78,20 @@ def test_explain_under_autocast_sees_the_cast_cuda():
     a, w = random_operands(64, 136, 200, torch.float32, "cuda")
     with tga.testing.override(cuda_backend="library"), torch.autocast("cuda", dtype=torch.bfloat16):
         assert tga.explain(a, w.t(), None, activation="relu") == LT + "RELU [BFloat16]"
+
+
+@requires_cuda
+def test_explain_names_the_forced_sm80_configuration_cuda():
+    if "sm80" not in tga.testing.cuda_backends() or torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("needs the sm80 family and a GPU from sm_80 on")
+    a, b, bias = _case()
+    with tga.testing.override(cuda_backend="sm80"):
+        got = tga.explain(a, b, bias, activation="gelu")
+        assert got.startswith("sm80: mma_") and got.endswith(", kmajor B [BFloat16]"), got
+        got = tga.explain(a, b.contiguous(), bias, activation="gelu")
+        assert got.endswith(", nmajor B [BFloat16]"), got
+        # What the family cannot run (a misaligned A) goes to the library.
+        a_odd = torch.randn(64, 137, dtype=a.dtype, device="cuda")[:, 1:]
+        assert tga.explain(a_odd, b, bias, activation="gelu").startswith("library: ")
+    with tga.testing.override(cuda_backend=""):
+        assert not tga.explain(a, b, bias, activation="gelu").startswith("sm80: ")

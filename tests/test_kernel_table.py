@@ -76,3 +76,25 @@ def test_bad_rows_are_refused(table):
     bad = table.Sm90Config("pingpong_1x1_c1x1", "pingpong", (1, 1), (1, 1), (1, 1), (("f32", "nmajor"),))
     with pytest.raises(ValueError, match=r"no such target \(f32, nmajor\)"):
         table.rows_with([bad])
+
+
+def test_sm80_table_generates_one_unit_per_target(tmp_path):
+    sm80 = _load("csrc/cuda/sm80/sm80_kernels.py", "sm80_kernels")
+    units = sm80.generate(str(tmp_path))
+    expected = [(r.name, d, l) for r in sm80.CONFIGS for d, l in r.targets]
+    assert len(units) == len(expected) == len(set(units))
+    header = open(tmp_path / "cuda" / "sm80" / "sm80_kernel_table.h").read()
+    assert re.findall(r"^  X\((\w+), (\w+), (\w+)\)", header, re.M) == [
+        (name, sm80.DTYPES[d], sm80.LAYOUTS[l]) for name, d, l in expected]
+    configs = re.findall(r"^  X\((\w+), (\d+), (\d+), (\d+), (\d+)\)", header, re.M)
+    assert [c[0] for c in configs] == [r.name for r in sm80.CONFIGS]
+    # Every (dtype, B layout) the family takes has a kernel.
+    assert {(d, l) for _, d, l in expected} == {(d, l) for d in sm80.DTYPES for l in sm80.LAYOUTS}
+    for name, d, l in expected:
+        text = (tmp_path / "cuda" / "sm80" / "kernels" / f"sm80_{name}_{d}_{l}.cu").read_text()
+        assert f"KernelConfig::{name}, Dtype::{sm80.DTYPES[d]}, BLayout::{sm80.LAYOUTS[l]}" in text
+    # A unit whose row left the table is removed.
+    stale = tmp_path / "cuda" / "sm80" / "kernels" / "sm80_gone_bf16_kmajor.cu"
+    stale.write_text("")
+    sm80.generate(str(tmp_path))
+    assert not stale.exists()

@@ -7,10 +7,13 @@
 //
 //  1. sm90 (cuda/sm90): compute capability 9.0; fp16/bf16, and fp32 where
 //     PyTorch allows TF32; operands TMA can address, or large cases through
-//     aligned copies; not a plain GEMM with at most a bias per column, which
-//     the library runs with eager PyTorch's own kernel.
-//  2. sm80 (cuda/sm80, built with GEMM_ACT_SM80=1 only, not yet measured):
-//     the Ampere-class mma.sync family; on sm_90 and later only when forced.
+//     aligned copies. On aligned operands it leaves to the library a plain
+//     GEMM with at most a bias per column (eager's own kernel), K > 4096,
+//     and problems below 2^31 multiply-adds with M > 256, where the library
+//     was measured faster.
+//  2. sm80 (cuda/sm80): the Ampere-class mma.sync family, fp16/bf16 with
+//     16-byte aligned operands, on any GPU from sm_80 on; only when forced
+//     until an Ampere-class GPU has measured it against eager.
 //  3. library (cuda/library): every GPU, dtype, stride and alignment:
 //     cuBLASLt's fused epilogue where it matches the call, else cuBLAS's
 //     GEMM and one epilogue pass. What every GPU but Hopper gets, and exact
@@ -61,7 +64,8 @@ constexpr CudaForwardBackend kForwardBackends[] = {
 // Where the rule starts: its first backend, or the testing switch's forced
 // one. A forced backend takes every case it can run, on any GPU it can run
 // on; the backends after it take the rest, as on a GPU where it comes first
-// (forcing sm80 on an H100 runs what an A100 would).
+// (sm80 forced on an H100: the family on every fp16/bf16 case it can run,
+// the library on the others).
 const CudaForwardBackend* first_backend() {
   if (!testing::active()) return std::begin(kForwardBackends);
   const std::string forced = testing::overrides().cuda_backend;

@@ -242,6 +242,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       constexpr int kb_next = (kb_now + 1) % kBlocks;
       copy(s2r_a, tXsA_r(_, _, Int<kb_next>{}), tXrA(_, _, Int<kb_next>{}));
       copy(s2r_b, tXsB_r(_, _, Int<kb_next>{}), tXrB(_, _, Int<kb_next>{}));
+      gemm(tiled_mma, acc, tCrA(_, _, kb), tCrB(_, _, kb), acc);
+      // The next k-tile's copies go out behind the first k-block's MMAs,
+      // which the tensor cores work through meanwhile.
       if constexpr (kb_now == 0) {
         if (next_step < k_tiles) copy_k_tile(k_tile_at(next_step), write_stage, std::false_type{});
         cp_async_fence();
@@ -249,7 +252,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         write_stage = read_stage;
         read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1;
       }
-      gemm(tiled_mma, acc, tCrA(_, _, kb), tCrB(_, _, kb), acc);
     });
   }
 

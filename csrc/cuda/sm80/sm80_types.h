@@ -3,6 +3,10 @@
 // heuristic and the kernel units share.
 #pragma once
 
+// The configurations and the compiled kernels (GEMM_ACT_SM80_FOR_EACH_CONFIG,
+// GEMM_ACT_SM80_FOR_EACH_KERNEL), generated from sm80_kernels.py.
+#include "cuda/sm80/sm80_kernel_table.h"
+
 namespace gemm_act {
 namespace sm80 {
 
@@ -12,17 +16,6 @@ enum class Dtype : int { F16 = 0, BF16 = 1 };
 // How B [K, N] is laid out: KMajor has b_stride_k == 1 (nn.Linear's
 // weight.t()), NMajor has b_stride_n == 1 (a row-major B).
 enum class BLayout : int { KMajor = 0, NMajor = 1 };
-
-// The configurations, one row each: name, CTA tile M x N x K (K: the depth
-// of one pipeline stage), stages. Every configuration gives each warp a
-// 64 x 64 output tile, so the tile fixes the warp count.
-#define GEMM_ACT_SM80_FOR_EACH_CONFIG(X)                                                \
-  /* Fits sm_86/89's 99 KiB of shared memory per block; the default there. */          \
-  X(mma_128x256x32_s4, 128, 256, 32, 4)                                                 \
-  /* Problems too small to fill the GPU with 128 x 256 tiles. */                        \
-  X(mma_128x128x32_s4, 128, 128, 32, 4)                                                 \
-  /* Half the barriers per MMA of the K = 32 tile; needs sm_80/90's larger opt-in. */  \
-  X(mma_128x256x64_s3, 128, 256, 64, 3)
 
 enum class KernelConfig : int {
 #define GEMM_ACT_SM80_ENUMERATOR(name, m, n, k, s) name,
@@ -52,19 +45,6 @@ constexpr int kNumKernelConfigs = static_cast<int>(sizeof(kConfigs) / sizeof(kCo
 
 constexpr const ConfigInfo& config_info(KernelConfig c) { return kConfigs[static_cast<int>(c)]; }
 constexpr const char* config_name(KernelConfig c) { return config_info(c).name; }
-
-static_assert(config_info(KernelConfig::mma_128x256x32_s4).smem_bytes == 96 * 1024);
-static_assert(config_info(KernelConfig::mma_128x128x32_s4).smem_bytes == 64 * 1024);
-static_assert(config_info(KernelConfig::mma_128x256x64_s3).smem_bytes == 144 * 1024);
-
-// X(configuration, Dtype, BLayout) for every compiled kernel: one unit each,
-// kernels/sm80_<configuration>_<dtype>_<layout>.cu.
-#define GEMM_ACT_SM80_FOR_EACH_KERNEL(X) \
-  X(mma_128x256x32_s4, BF16, KMajor)     \
-  X(mma_128x256x32_s4, BF16, NMajor)     \
-  X(mma_128x256x32_s4, F16, KMajor)      \
-  X(mma_128x128x32_s4, BF16, KMajor)     \
-  X(mma_128x256x64_s3, BF16, KMajor)
 
 // Whether configuration c is compiled for dtype d and B layout l.
 constexpr bool is_compiled(KernelConfig c, Dtype d, BLayout l) {

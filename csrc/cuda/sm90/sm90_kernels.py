@@ -14,8 +14,14 @@ exists anywhere else. Why each configuration exists: docs/DESIGN.md, "sm90
 configurations".
 """
 
+import importlib.util
 import os
 from dataclasses import dataclass, field, replace
+
+_spec = importlib.util.spec_from_file_location(
+    "gemm_act_codegen", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "codegen.py"))
+codegen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(codegen)
 
 ROW = 0  # an epilogue subtile one 128-byte swizzle row wide (64 fp16/bf16, 32 fp32 elements)
 
@@ -157,31 +163,13 @@ GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM90_INSTANTIATE)
 """
 
 
-def _write(path, text):
-    """Writes `text` unless the file already holds it (a build then finds it unchanged)."""
-    if os.path.exists(path):
-        with open(path) as f:
-            if f.read() == text:
-                return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def generate(out_dir, extra_rows=(), extra_targets=None):
     """Writes out_dir/cuda/sm90/sm90_kernel_table.h and one .cu per kernel
     target under out_dir/cuda/sm90/kernels/, removing stale ones; returns
     the .cu paths."""
     rows = rows_with(extra_rows, extra_targets)
     base = os.path.join(out_dir, "cuda", "sm90")
-    _write(os.path.join(base, "sm90_kernel_table.h"), table_header(rows))
-    units = []
-    for r in rows:
-        for dtype, layout in r.targets:
-            path = os.path.join(base, "kernels", f"sm90_{r.name}_{dtype}_{layout}.cu")
-            _write(path, kernel_unit(r, dtype, layout))
-            units.append(path)
-    kernels_dir = os.path.join(base, "kernels")
-    for stale in set(os.listdir(kernels_dir)) - {os.path.basename(u) for u in units}:
-        os.remove(os.path.join(kernels_dir, stale))
-    return units
+    codegen.write(os.path.join(base, "sm90_kernel_table.h"), table_header(rows))
+    return codegen.write_units(os.path.join(base, "kernels"), {
+        f"sm90_{r.name}_{dtype}_{layout}.cu": kernel_unit(r, dtype, layout)
+        for r in rows for dtype, layout in r.targets})
