@@ -8,9 +8,8 @@
 //  1. sm90 (cuda/sm90): compute capability 9.0; fp16/bf16, and fp32 where
 //     PyTorch allows TF32; operands TMA can address, or large cases through
 //     aligned copies. On aligned operands it leaves to the library a plain
-//     GEMM with at most a bias per column (eager's own kernel), K > 4096,
-//     and problems below 2^31 multiply-adds with M > 256, where the library
-//     was measured faster.
+//     GEMM with at most a bias per column (eager's own kernel) and K > 4096,
+//     where the library was measured faster.
 //  2. sm80 (cuda/sm80): the Ampere-class mma.sync family, fp16/bf16 with
 //     16-byte aligned operands, on any GPU from sm_80 on; only when forced
 //     until an Ampere-class GPU has measured it against eager.

@@ -188,6 +188,12 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
     act_only.c = nullptr;
     act_only.bias_kind = BiasKind::None;
     act_only.z = nullptr;
+    // With nothing per row or column left to add, D and Y (both dense
+    // [m, n]) are one row of m * n elements to the pass: 16-byte accesses
+    // whatever n is (8191x4097 bf16: 0.109 ms per row of n against
+    // PyTorch's flat 0.047).
+    act_only.n = p.m * p.n;
+    act_only.m = 1;
     launch_epilogue_pass(args.y.scalar_type(), act_only, d, stream);
   }
   return true;

@@ -34,9 +34,14 @@ __global__ void __launch_bounds__(kPassThreads)
     const Element* src = acc + row * p.n + col0;
     Compute values[kW];
     if constexpr (kW > 1) {
-      const auto in = *reinterpret_cast<const AlignedArray<Element, kW>*>(src);
+      if (col0 + kW <= p.n) {
+        const auto in = *reinterpret_cast<const AlignedArray<Element, kW>*>(src);
 #pragma unroll
-      for (int j = 0; j < kW; ++j) values[j] = Num::to_compute(in.v[j]);
+        for (int j = 0; j < kW; ++j) values[j] = Num::to_compute(in.v[j]);
+      } else {  // a single row's tail: the elements before n
+#pragma unroll
+        for (int j = 0; j < kW; ++j) values[j] = col0 + j < p.n ? Num::to_compute(src[j]) : Compute(0);
+      }
     } else {
       values[0] = Num::to_compute(*src);
     }
@@ -58,11 +63,15 @@ void launch_pass_kernel(const EpilogueParams<Element>& e, const Element* acc, cu
 template <class Element>
 void launch_epilogue_pass(const GemmActParams& params, const void* acc, cudaStream_t stream) {
   constexpr int kVector = static_cast<int>(16 / sizeof(Element));
-  const EpilogueParams<Element> e = make_epilogue_params<Element>(params);
+  EpilogueParams<Element> e = make_epilogue_params<Element>(params);
   const auto* src = static_cast<const Element*>(acc);
-  // store_vector also says that n is a multiple of kVector, so every row of
-  // acc is 16-byte aligned where acc is.
-  const bool vector = e.store_vector == kVector && reinterpret_cast<uintptr_t>(acc) % 16 == 0;
+  // One row needs no n that is a multiple of kVector: its last, partial
+  // segment loads and stores element by element (apply_row_segment's check).
+  const auto aligned = [](const void* ptr) { return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (e.m == 1 && aligned(e.y) && aligned(e.z)) e.store_vector = kVector;
+  // store_vector also says that n is a multiple of kVector (or there is one
+  // row), so every row of acc is 16-byte aligned where acc is.
+  const bool vector = e.store_vector == kVector && aligned(acc) && acc != nullptr;
   GEMM_ACT_DISPATCH_ACTIVATION(params.activation, GEMM_ACT_DISPATCH_BIAS(params.bias_kind, {
     if (vector) {
       launch_pass_kernel<Element, kAct, kBias, kVector>(e, src, stream);

@@ -189,13 +189,6 @@ bool library_is_eager(const GemmActParams& p) {
 // against eager's 1.15x; 8192x4096x16384 1.12x against 1.13x).
 constexpr int64_t kMaxDirectK = 4096;
 
-// Below ~2^31 multiply-adds this family's tiles leave most SMs idle where
-// cuBLAS splits K or picks a small tile: 1000^3 bf16 gelu ran 1.09x
-// (inference) and 1.155x (forward) eager's time here against the library's
-// 0.97x and 0.96x. Small M (inference batches) stays: the weight read
-// dominates there and these kernels matched eager.
-bool too_small(const GemmActParams& p) { return p.m > 256 && p.m * p.n * p.k < (int64_t{1} << 31); }
-
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
   Sm90Case out;
@@ -212,7 +205,7 @@ Sm90Case classify(const GemmActArgs& args) {
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if ((library_is_eager(p) || p.k > kMaxDirectK || too_small(p)) && !forced_here()) return out;
+    if ((library_is_eager(p) || p.k > kMaxDirectK) && !forced_here()) return out;
     out.route = Route::kDirect;
     out.layout = *layout;
   } else if (worth_staging(p)) {
