@@ -33,8 +33,9 @@ def _sanitize(tool, *args):
 
 
 def _backends():
-    # "rule": the dispatch rule decides. sm90 forced on everything would
-    # refuse most cases, so its kernels are forced one by one below instead.
+    # "rule": the dispatch rule decides. On an H100 sm90 forced is the rule
+    # but for what the rule leaves to the library; its kernels are forced one
+    # by one below instead.
     names = tga.testing.cuda_backends() if torch.cuda.is_available() else ()
     return ["rule"] + [b for b in names if b != "sm90"]
 
