@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-python3 -m pytest -q tests "$@"
+# From tests/, so that the installed package is the one imported, not the
+# in-place build in the repository root.
+cd tests && python3 -m pytest -q . "$@"

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -44,4 +46,5 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     backend = torch_gemm_act.testing._C.testing_overrides()[0]
-    return f"torch_gemm_act CUDA backend: {backend or 'the dispatch rule'}"
+    return [f"torch_gemm_act from {os.path.dirname(torch_gemm_act.__file__)}",
+            f"torch_gemm_act CUDA backend: {backend or 'the dispatch rule'}"]

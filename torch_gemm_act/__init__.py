@@ -2,8 +2,9 @@
 
 from .activations import ACTIVATIONS
 from .functional import explain, gemm_act, linear_act
-from .fuse import fuse_linear_act
-from .modules import LinearAct
+from .fuse import FusionReport, fuse_linear_act
+from .modules import Conv1DAct, LinearAct
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
-__all__ = ["ACTIVATIONS", "explain", "gemm_act", "linear_act", "LinearAct", "fuse_linear_act"]
+__all__ = ["ACTIVATIONS", "explain", "gemm_act", "linear_act", "LinearAct", "Conv1DAct", "fuse_linear_act",
+           "FusionReport"]

@@ -37,6 +37,28 @@ _TWINS = {
     "gelu_tanh": (nn.GELU, {"approximate": "tanh"}),
     "silu": (nn.SiLU, {}),
 }
+# Other libraries' activation modules that compute one of ours exactly, by
+# where their class is defined, so that neither library is imported here
+# (tests/test_fuse_models.py checks each against the class's own forward).
+_FOREIGN = {
+    "transformers.activations.GELUActivation": "gelu",
+    "transformers.activations.NewGELUActivation": "gelu_tanh",
+    "transformers.activations.FastGELUActivation": "gelu_tanh",
+    "transformers.activations.AccurateGELUActivation": "gelu_tanh",
+    "transformers.activations.PytorchGELUTanh": "gelu_tanh",
+    "transformers.activations.GELUTanh": "gelu_tanh",
+    "transformers.activations.SiLUActivation": "silu",
+    "timm.layers.activations.GELU": "gelu",
+    "timm.layers.activations.GELUTanh": "gelu_tanh",
+    "timm.layers.activations.Swish": "silu",
+    "timm.layers.activations.Sigmoid": "sigmoid",
+    "timm.layers.activations.Tanh": "tanh",
+}
+
+# Where activation modules live: one found there that is not ours to
+# compute is reported by fuse_linear_act as an activation it cannot fuse.
+ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations", "timm.layers.activations")
+
 if set(_TWINS) != set(ACTIVATIONS):
     raise ImportError(f"torch_gemm_act: the PyTorch twins ({sorted(_TWINS)}) do not match the "
                       f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
@@ -57,9 +79,16 @@ def torch_module(activation, negative_slope=0.01):
     return cls(**attrs)
 
 
+def qualified_class_name(module):
+    return f"{type(module).__module__}.{type(module).__qualname__}"
+
+
 def from_module(module):
     """(activation, negative_slope) for a module this project computes, else
     None. nn.Identity is no activation to fuse."""
+    foreign = _FOREIGN.get(qualified_class_name(module))
+    if foreign is not None:
+        return foreign, 0.01
     for name, (cls, attrs) in _TWINS.items():
         if cls is nn.Identity or type(module) is not cls:
             continue

@@ -1,26 +1,171 @@
-"""fuse_linear_act: swap nn.Linear -> activation pairs in nn.Sequential for LinearAct."""
+"""fuse_linear_act: every Linear whose output feeds only a supported
+activation, fused with it into one module, wherever the pair sits.
 
+Which pairs qualify is read from the code's data flow: each module that has
+a Linear-like child and an activation child is traced with torch.fx, its
+children as leaves, and a pair is fused where the activation is called once,
+on the Linear's output and nothing else, and the Linear is called once and
+its output used by nothing else. The Linear's slot then holds the fused
+module (sharing the Linear's parameters, so state_dict keys and values stay
+as they were) and the activation's slot nn.Identity, so the module's own
+forward, unchanged, computes the same thing in one kernel. A module whose
+forward cannot be traced keeps its pairs and says why in the report.
+"""
+
+import dataclasses
+import inspect
+import logging
+
+import torch.fx
 from torch import nn
 
-from .activations import from_module
-from .modules import LinearAct
+from .activations import ACTIVATION_MODULES, from_module, qualified_class_name
+from .modules import Conv1DAct, LinearAct
+
+_log = logging.getLogger(__name__)
+
+# transformers' Conv1D (GPT-2's projections): a Linear with its weight stored
+# [in, out], found by where its class lives so transformers is not imported.
+_CONV1D = "transformers.pytorch_utils.Conv1D"
 
 
-def fuse_linear_act(model):
-    """Fuses, in place, every nn.Linear directly followed by a supported
-    activation inside an nn.Sequential into one LinearAct that shares the
-    Linear's parameters; the activation's slot becomes nn.Identity so indices
-    and state_dict keys stay as they were. Returns ``model``."""
-    for container in list(model.modules()):
-        if not isinstance(container, nn.Sequential):
-            continue
-        names = list(container._modules.keys())
-        for first, second in zip(names, names[1:]):
-            linear, act_module = container._modules[first], container._modules[second]
-            act = from_module(act_module)
-            if type(linear) is not nn.Linear or act is None:
+@dataclasses.dataclass
+class FusionReport:
+    """What fuse_linear_act did: ``fused``, one (linear path, activation
+    path, activation) per pair; ``left``, one (path, reason) per pair or
+    module it left as it was."""
+
+    fused: list = dataclasses.field(default_factory=list)
+    left: list = dataclasses.field(default_factory=list)
+
+    def __str__(self):
+        lines = [f"fuse_linear_act: fused {len(self.fused)} pair(s), left {len(self.left)}"]
+        lines += [f"  fused {lin} -> {act} ({name})" for lin, act, name in self.fused]
+        lines += [f"  left  {path}: {why}" for path, why in self.left]
+        return "\n".join(lines)
+
+
+def fuse_linear_act(model, *, report=False):
+    """Fuses, in place, every nn.Linear (or transformers Conv1D) whose output
+    feeds only a supported activation module, in an nn.Sequential or in any
+    module's forward (see the module docstring). Returns ``model``, or
+    ``(model, FusionReport)`` with ``report=True``; the report is also
+    logged (logger ``torch_gemm_act.fuse``, level INFO)."""
+    result = FusionReport()
+    for path, module in list(model.named_modules()):
+        _fuse_children(path, module, result)
+    _log.info("%s", result)
+    return (model, result) if report else model
+
+
+def _join(*parts):
+    return ".".join(p for p in parts if p)
+
+
+def _linear_kind(module):
+    """'linear' or 'conv1d' for what can be fused, else None."""
+    if type(module) is nn.Linear:
+        return "linear"
+    if qualified_class_name(module) == _CONV1D:
+        return "conv1d"
+    return None
+
+
+def _is_activation(module):
+    return from_module(module) is not None or type(module).__module__ in ACTIVATION_MODULES
+
+
+def _fuse_children(path, parent, result):
+    children = dict(parent.named_children())
+    linears = {name for name, m in children.items() if _linear_kind(m)}
+    acts = {name for name, m in children.items() if _is_activation(m)}
+    if not linears or not acts:
+        return
+    try:
+        graph = _trace(parent)
+    except Exception as e:  # noqa: BLE001 - any failure to trace leaves the module as it is
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        result.left.append((path or "(model)", f"its forward could not be traced ({type(e).__name__}: "
+                                               f"{reason[:120]}); its Linear -> activation pairs stay"))
+        return
+    calls = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls.setdefault(node.target, []).append(node)
+    for act_name in sorted(acts):
+        for act_node in calls.get(act_name, []):
+            source = act_node.args[0] if act_node.args else None
+            if not (isinstance(source, torch.fx.Node) and source.op == "call_module" and source.target in linears):
                 continue
-            name, slope = act
-            container._modules[first] = LinearAct.from_linear(linear, name, slope)
-            container._modules[second] = nn.Identity()
-    return model
+            why = _why_not(source, act_node, calls, children)
+            lin_path, act_path = _join(path, source.target), _join(path, act_name)
+            if why:
+                result.left.append((f"{lin_path} -> {act_path}", why))
+                continue
+            activation, slope = from_module(children[act_name])
+            linear = children[source.target]
+            fused = (LinearAct.from_linear(linear, activation, slope) if _linear_kind(linear) == "linear"
+                     else Conv1DAct.from_conv1d(linear, activation, slope))
+            parent._modules[source.target] = fused
+            parent._modules[act_name] = nn.Identity()
+            result.fused.append((lin_path, act_path, activation))
+
+
+def _why_not(lin_node, act_node, calls, children):
+    """Why the pair cannot be fused, or None when it can."""
+    act = children[act_node.target]
+    if from_module(act) is None:
+        return f"{qualified_class_name(act)} is not an activation this project computes"
+    if len(act_node.args) != 1 or act_node.kwargs:
+        return "the activation takes more than the Linear's output"
+    if len(lin_node.users) != 1:
+        others = sorted(_describe(u) for u in lin_node.users if u is not act_node)
+        return f"the Linear's output is used by {', '.join(others)} as well"
+    if len(calls[lin_node.target]) != 1 or len(calls[act_node.target]) != 1:
+        return "the Linear or the activation is called more than once in the forward"
+    return None
+
+
+def _describe(node):
+    """A graph node's call, as a reader would name it."""
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", str(node.target))
+    if node.op == "call_method":
+        return f".{node.target}()"
+    return str(node.target)
+
+
+class _ChildrenAsLeaves(torch.fx.Tracer):
+    """Traces one module's own forward: every submodule call is a leaf."""
+
+    def __init__(self, root):
+        super().__init__()
+        self._root = root
+
+    def is_leaf_module(self, m, module_qualified_name):
+        return m is not self._root
+
+    def create_args_for_root(self, root_fn, is_module, concrete_args=None):
+        return super().create_args_for_root(_named_args_only(inspect.unwrap(root_fn)), is_module, concrete_args)
+
+
+def _named_args_only(fn):
+    """fn without its *args and **kwargs (fx would pass them as one proxy,
+    which a forward that unpacks them cannot take); they stay empty."""
+    params = inspect.signature(fn).parameters
+    named = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(named) == len(params):
+        return fn
+    call = ", ".join(named[:1] + [f"{n}={n}" for n in named[1:]])
+    scope = {"_fn": fn}
+    exec(f"def forward({', '.join(named)}):\n    return _fn({call})\n", scope)  # noqa: S102 - names from a signature
+    return scope["forward"]
+
+
+def _trace(module):
+    """The fx graph of module's forward, with each argument that has a default
+    held at it (the path a plain call takes)."""
+    params = list(inspect.signature(inspect.unwrap(type(module).forward)).parameters.items())[1:]
+    concrete = {n: p.default for n, p in params
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.default is not p.empty}
+    return _ChildrenAsLeaves(module).trace(module, concrete_args=concrete)

@@ -1,13 +1,30 @@
-"""LinearAct: nn.Linear followed by an activation, as one fused op."""
+"""LinearAct (nn.Linear followed by an activation) and Conv1DAct
+(transformers' Conv1D followed by one), each as one fused op."""
 
 import torch
 from torch import nn
 
 from .activations import GELU, USES_SLOPE, check_activation
-from .functional import linear_act
+from .functional import gemm_act, linear_act
 
 
-class LinearAct(nn.Module):
+class _WithActivation(nn.Module):
+    """What the fused modules share: their activation, checked once."""
+
+    def __init__(self, activation, negative_slope):
+        super().__init__()
+        check_activation(activation, negative_slope)
+        self.activation = activation
+        self.negative_slope = float(negative_slope)
+
+    def _activation_repr(self):
+        text = f"activation={self.activation!r}"
+        if self.activation in USES_SLOPE:
+            text += f", negative_slope={self.negative_slope}"
+        return text
+
+
+class LinearAct(_WithActivation):
     """``act(x @ weight.T + bias)``: nn.Linear's parameters, init and state_dict.
 
     Args:
@@ -20,13 +37,10 @@ class LinearAct(nn.Module):
 
     def __init__(self, in_features, out_features, bias=True, activation=GELU,
                  negative_slope=0.01, device=None, dtype=None):
-        super().__init__()
-        check_activation(activation, negative_slope)
+        super().__init__(activation, negative_slope)
         factory = {"device": device, "dtype": dtype}
         self.in_features = in_features
         self.out_features = out_features
-        self.activation = activation
-        self.negative_slope = float(negative_slope)
         self.weight = nn.Parameter(torch.empty((out_features, in_features), **factory))
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features, **factory))
@@ -53,8 +67,46 @@ class LinearAct(nn.Module):
         return linear_act(x, self.weight, self.bias, self.activation, self.negative_slope)
 
     def extra_repr(self):
-        text = (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, activation={self.activation!r}")
-        if self.activation in USES_SLOPE:
-            text += f", negative_slope={self.negative_slope}"
-        return text
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, {self._activation_repr()}")
+
+
+class Conv1DAct(_WithActivation):
+    """``act(x @ weight + bias)`` with ``weight`` [in, out]: transformers'
+    ``Conv1D`` (GPT-2's projections) followed by an activation, as one fused
+    op. Its parameters, their names and shapes are Conv1D's, so a model's
+    state_dict is unchanged when fuse_linear_act puts one in a Conv1D's place.
+
+    Args:
+        nf, nx: output and input features, as for ``Conv1D(nf, nx)``.
+        activation, negative_slope: as for ``LinearAct``.
+    """
+
+    def __init__(self, nf, nx, activation=GELU, negative_slope=0.01, device=None, dtype=None):
+        super().__init__(activation, negative_slope)
+        factory = {"device": device, "dtype": dtype}
+        self.nf = nf
+        self.nx = nx
+        self.weight = nn.Parameter(torch.empty((nx, nf), **factory))
+        self.bias = nn.Parameter(torch.zeros(nf, **factory))
+        nn.init.normal_(self.weight, std=0.02)  # Conv1D's own initialisation
+
+    @classmethod
+    def from_conv1d(cls, conv, activation=GELU, negative_slope=0.01):
+        """A Conv1DAct that shares ``conv``'s weight and bias (no copy)."""
+        weight = getattr(conv, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not hasattr(conv, "nf"):
+            raise TypeError(f"from_conv1d expects a transformers Conv1D, got {type(conv).__name__}")
+        module = cls(conv.nf, weight.shape[0], activation=activation, negative_slope=negative_slope,
+                     device="meta")
+        module.weight = conv.weight
+        module.bias = conv.bias
+        return module
+
+    def forward(self, x):
+        # weight is [K, N] already: the GEMM's B without a transpose.
+        return gemm_act(x, self.weight, self.bias, activation=self.activation,
+                        negative_slope=self.negative_slope)
+
+    def extra_repr(self):
+        return f"nf={self.nf}, nx={self.nx}, {self._activation_repr()}"
