@@ -12,6 +12,7 @@ import transformers  # test dependencies, installed by scripts/setup.sh
 from torch import nn
 
 import torch_gemm_act as tga
+from conftest import requires_cuda
 from torch_gemm_act.activations import _FOREIGN, torch_module
 
 
@@ -55,15 +56,21 @@ def _inputs(name, model):
     return {"input_ids": ids}
 
 
+# fp32 on the CPU; bf16 on a GPU (the kernels people train with there).
+DEVICE_DTYPES = [("cpu", torch.float32), pytest.param(("cuda", torch.bfloat16), marks=requires_cuda, id="cuda-bf16")]
+
+
 def _close(actual, expected, name=""):
-    # fp32: 1e-5 of the tensor's largest element (a gradient summed over
-    # rows cancels in places, where an elementwise rtol would be too tight).
+    # A fraction of the tensor's largest element (a gradient summed over
+    # rows cancels in places, where an elementwise rtol would be too tight):
+    # 1e-5 in fp32; 3e-2 in bf16, whose rounding a whole model compounds.
+    tol = 1e-5 if expected.dtype == torch.float32 else 3e-2
     scale = max(1.0, expected.abs().max().item())
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5 * scale, msg=name or None)
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * scale, msg=name or None)
 
 
 def _assert_same_training_step(eager, fused, run):
-    """Outputs and every parameter's gradient equal (fp32 tolerance)."""
+    """Outputs and every parameter's gradient equal (within the dtype's tolerance)."""
     out_e, out_f = run(eager), run(fused)
     _close(out_f, out_e)
     grad_out = torch.randn_like(out_e)
@@ -77,11 +84,13 @@ def _assert_same_training_step(eager, fused, run):
         _close(params_f[name].grad, p.grad, name)
 
 
+@pytest.mark.parametrize("device_dtype", DEVICE_DTYPES)
 @pytest.mark.parametrize("name", ["bert", "vit", "gpt2", "t5", "t5_gated", "opt", "llama"])
-def test_transformers_model_fused_by_one_call(name):
+def test_transformers_model_fused_by_one_call(name, device_dtype):
+    device, dtype = device_dtype
     torch.manual_seed(0)
     eager, pairs = _tiny_transformer(name)
-    eager.eval()  # dropout off: both sides compute the same function
+    eager = eager.to(device, dtype).eval()  # dropout off: both sides compute the same function
     fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)
     assert len(report.fused) == pairs, str(report)
     assert list(fused.state_dict()) == list(eager.state_dict())
@@ -89,7 +98,8 @@ def test_transformers_model_fused_by_one_call(name):
         assert torch.equal(fused.state_dict()[key], value), key
     kinds = (tga.LinearAct, tga.Conv1DAct)
     assert sum(isinstance(m, kinds) for m in fused.modules()) == pairs
-    inputs = _inputs(name, eager)
+    inputs = {k: v.to(device, dtype) if v.is_floating_point() else v.to(device)
+              for k, v in _inputs(name, eager).items()}
     _assert_same_training_step(eager, fused, lambda m: m(**inputs).last_hidden_state)
 
 
@@ -141,15 +151,17 @@ def _timm_or_torchvision(name):
     return builders[name]()
 
 
+@pytest.mark.parametrize("device_dtype", DEVICE_DTYPES)
 @pytest.mark.parametrize("name", ["timm_vit", "timm_mlp", "timm_glu_mlp", "torchvision_vit", "torchvision_mlp"])
-def test_timm_and_torchvision_models_fused_by_one_call(name):
+def test_timm_and_torchvision_models_fused_by_one_call(name, device_dtype):
+    device, dtype = device_dtype
     torch.manual_seed(0)
     eager, pairs, shape = _timm_or_torchvision(name)
-    eager.eval()
+    eager = eager.to(device, dtype).eval()
     fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)
     assert len(report.fused) == pairs, str(report)
     assert list(fused.state_dict()) == list(eager.state_dict())
-    x = torch.randn(shape)
+    x = torch.randn(shape, device=device, dtype=dtype)
     _assert_same_training_step(eager, fused, lambda m: m(x))
 
 
