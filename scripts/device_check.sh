@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: build against its own PyTorch, check the SASS, run the
-# whole test suite (the CUDA tests and compute-sanitizer's memcheck
-# included), then the benchmark. Usage (ids from here: the device copy's
-# .git may be stale):
+# CUDA tests once per backend, compute-sanitizer's sweep, then the benchmark.
+# Usage (ids from here: the device copy's .git may be stale):
 #   GEMM_ACT_COMMIT=$(git rev-parse HEAD) GEMM_ACT_CSRC_TREE=$(git rev-parse HEAD:csrc) \
-#     STEPS="build sass tests bench" bash scripts/device_check.sh [bench args]
+#     STEPS="build sass tests sanitizer bench models" bash scripts/device_check.sh [bench args]
 # The tensor-core kernel objects (most of a CUDA build's time) can be compiled on
 # the CPU machine instead and carried along in build/:
 #   python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
@@ -25,7 +24,7 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TOR
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 
-STEPS="${STEPS:-build sass tests bench}"
+STEPS="${STEPS:-build sass tests sanitizer bench}"
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ==="; }
 status=0
@@ -47,16 +46,25 @@ rm -f "$OUT/sass.txt"
 fi
 
 if want tests; then
-# Once per CUDA backend: "rule" lets the dispatch rule decide; any other name
-# forces that backend on every case (TORCH_GEMM_ACT_BACKEND).
-for backend in ${TEST_BACKENDS:-rule}; do
-  step "tests, backend $backend (${PYTEST_K:-all})"
+# The CUDA suite once per CUDA backend: "rule" lets the dispatch rule decide;
+# any other name starts the rule at that backend (TORCH_GEMM_ACT_BACKEND).
+# The CPU tests are CI's; the sanitizer sweep is its own step.
+PYTEST_K="${PYTEST_K:-cuda and not memcheck and not racecheck}"
+for backend in ${TEST_BACKENDS:-rule sm80 library}; do
+  step "tests, backend $backend ($PYTEST_K)"
   if [ "$backend" = rule ]; then unset TORCH_GEMM_ACT_BACKEND; else export TORCH_GEMM_ACT_BACKEND=$backend; fi
-  python3 -m pytest -q tests -p no:cacheprovider --durations=8 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+  python3 -m pytest -q tests -p no:cacheprovider --durations=8 -k "$PYTEST_K" 2>&1 \
     | tee "$OUT/pytest_$backend.log" | tail -${PYTEST_TAIL:-22}
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
 unset TORCH_GEMM_ACT_BACKEND
+fi
+
+if want sanitizer; then
+step "compute-sanitizer: memcheck and racecheck under each backend, memcheck per configuration"
+python3 -m pytest -q tests/test_sanitizer.py -p no:cacheprovider --durations=20 2>&1 \
+  | tee "$OUT/sanitizer.log" | tail -${PYTEST_TAIL:-22}
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
 if want sweep; then
