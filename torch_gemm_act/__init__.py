@@ -7,4 +7,13 @@ from .modules import Conv1DAct, LinearAct
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "explain", "gemm_act", "linear_act", "LinearAct", "Conv1DAct", "fuse_linear_act",
-           "FusionReport"]
+           "FusionReport", "enable_compile_fusion"]
+
+
+def enable_compile_fusion(enabled=True):
+    """With ``enabled``, every later ``torch.compile`` (Inductor) runs this
+    project's operator for the Linear -> activation pairs it captures, forward
+    and backward; ``False`` turns that off (torch_gemm_act.compile_fusion,
+    imported on first use: it loads Inductor)."""
+    from .compile_fusion import enable_compile_fusion as enable
+    enable(enabled)

@@ -1,0 +1,110 @@
+"""enable_compile_fusion: torch.compile of an unchanged model runs the fused
+operator for its Linear -> activation pairs, forward and backward, with the
+numerics of fusing the modules by hand, no graph break and no recompile
+across batch sizes; the switch turns it off again."""
+
+import copy
+
+import pytest
+import torch
+import transformers
+from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import torch_gemm_act as tga
+from torch_gemm_act import compile_fusion
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_caches():
+    # A cached compilation skips the graph passes, whose count the tests read.
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
+@pytest.fixture
+def fusion():
+    torch._dynamo.reset()
+    tga.enable_compile_fusion()
+    try:
+        yield torch._inductor.config.pre_grad_custom_pass
+    finally:
+        tga.enable_compile_fusion(False)
+        torch._dynamo.reset()
+
+
+class _Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.ReLU(),
+                                 nn.Linear(32, 24), nn.GELU(approximate="tanh"), nn.Linear(24, 24),
+                                 nn.LeakyReLU(0.2), nn.Linear(24, 8))
+        self.side = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.net(x)
+        s = self.side(h)  # its output also feeds the residual: left alone
+        return torch.nn.functional.silu(s) + s
+
+
+def test_compiled_model_runs_the_fused_operator(fusion):
+    torch.manual_seed(0)
+    model = _Mlp()
+    by_hand = tga.fuse_linear_act(copy.deepcopy(model))
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
+    for batch in (3, 5, 9):
+        x = torch.randn(batch, 16, requires_grad=True)
+        x_hand = x.detach().clone().requires_grad_()
+        y, y_hand = compiled(x), by_hand(x_hand)
+        torch.testing.assert_close(y, y_hand, rtol=1e-5, atol=1e-6)
+        grad = torch.randn_like(y)
+        y.backward(grad)
+        y_hand.backward(grad)
+        torch.testing.assert_close(x.grad, x_hand.grad, rtol=1e-5, atol=1e-6)
+    # net's gelu, relu and tanh-gelu pairs. Not side -> silu (side's output
+    # feeds the residual too), nor leaky_relu: with dynamic=True Dynamo keeps
+    # its slope as a graph value, which the operator's float argument cannot take.
+    assert fusion.fused == 3
+    assert counter.frame_count == 1  # no graph break, no recompile across batch sizes
+    for (name, p), p_hand in zip(model.named_parameters(), by_hand.parameters()):
+        torch.testing.assert_close(p.grad, p_hand.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_inference_and_transformers_activation(fusion):
+    t = transformers
+    from transformers.models.bert.modeling_bert import BertIntermediate
+    torch.manual_seed(0)
+    layer = BertIntermediate(t.BertConfig(hidden_size=32, intermediate_size=64)).eval()
+    compiled = torch.compile(layer, fullgraph=True)
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-6)
+    assert fusion.fused == 1
+
+
+def test_the_switch_turns_it_off_and_keeps_a_pass_set_before():
+    calls = []
+
+    class Other(torch._inductor.custom_graph_pass.CustomGraphPass):
+        def __call__(self, graph):
+            calls.append(len(graph.nodes))
+
+        def uuid(self):
+            return "other"
+
+    other = Other()
+    torch._inductor.config.pre_grad_custom_pass = other
+    try:
+        tga.enable_compile_fusion()
+        assert compile_fusion.compile_fusion_enabled()
+        torch._dynamo.reset()
+        torch.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), fullgraph=True)(torch.randn(2, 4))
+        assert calls and torch._inductor.config.pre_grad_custom_pass.fused == 1
+        tga.enable_compile_fusion(False)
+        assert torch._inductor.config.pre_grad_custom_pass is other
+        assert not compile_fusion.compile_fusion_enabled()
+    finally:
+        torch._inductor.config.pre_grad_custom_pass = None
+        torch._dynamo.reset()

@@ -1,0 +1,141 @@
+"""enable_compile_fusion: torch.compile of an unchanged model runs this
+project's operator for every Linear -> activation it captures.
+
+A graph pass registered as Inductor's pre-grad custom pass (the graph
+Dynamo captured, before AOTAutograd) replaces ``F.linear(x, w, b)`` (what an
+inlined nn.Linear is) or ``torch.addmm(b, x, w)`` (transformers' Conv1D)
+whose only user is a supported activation with ``gemm_act``; AOTAutograd
+then traces the operator's own backward, so forward and backward are both
+the fused ones, with the same numerics as fusing the modules by hand. A
+pair whose pre-activation is used elsewhere too is left alone.
+"""
+
+import operator
+
+import torch
+import torch._inductor.config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+from .activations import GRAD_FROM_OUTPUT, check_activation
+
+# The activation calls Dynamo records, as (activation, negative_slope) of the node.
+_RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
+_SIGMOID = (torch.sigmoid, torch.nn.functional.sigmoid, torch.Tensor.sigmoid, "sigmoid")
+_TANH = (torch.tanh, torch.nn.functional.tanh, torch.Tensor.tanh, "tanh")
+_SILU = (torch.nn.functional.silu,)
+_GELU = (torch.nn.functional.gelu,)
+_LEAKY = (torch.nn.functional.leaky_relu,)
+
+
+def _arg(node, index, name, default):
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _activation_of(node):
+    """(activation, negative_slope) of an activation call on one tensor, else None."""
+    if node.op not in ("call_function", "call_method"):
+        return None
+    target = node.target
+    if target in _RELU or target in _SIGMOID or target in _TANH:
+        extra = set(node.kwargs) - {"inplace"}
+        if len(node.args) != 1 or extra or node.kwargs.get("inplace", False):
+            return None
+        return ("relu" if target in _RELU else "sigmoid" if target in _SIGMOID else "tanh"), 0.01
+    if target in _SILU:
+        return ("silu", 0.01) if not _arg(node, 1, "inplace", False) and len(node.args) <= 2 else None
+    if target in _GELU:
+        approximate = _arg(node, 1, "approximate", "none")
+        return {"none": ("gelu", 0.01), "tanh": ("gelu_tanh", 0.01)}.get(approximate)
+    if target in _LEAKY:
+        if _arg(node, 2, "inplace", False):
+            return None
+        slope = _arg(node, 1, "negative_slope", 0.01)
+        return ("leaky_relu", float(slope)) if isinstance(slope, (int, float)) else None
+    return None
+
+
+def _gemm_of(node):
+    """(x, b, bias, b_needs_transpose) of F.linear(x, w, b) or addmm(b, x, w), else None."""
+    if node.op != "call_function":
+        return None
+    if node.target is torch._C._nn.linear:
+        x, w = node.args[0], _arg(node, 1, "weight", None)
+        return x, w, _arg(node, 2, "bias", None), True
+    if node.target is torch.addmm and len(node.args) == 3 and not node.kwargs:
+        bias, x, w = node.args
+        return x, w, bias, False
+    return None
+
+
+def _value(node):
+    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+
+
+def _store_preact(activation, *inputs):
+    # As gemm_act decides (functional._stores_preact): Z when the backward needs it.
+    if activation in GRAD_FROM_OUTPUT or not torch.is_grad_enabled():
+        return False
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in map(_value, inputs))
+
+
+def fuse_graph(graph):
+    """Rewrites graph in place; returns the number of pairs fused."""
+    fused = 0
+    for act_node in list(graph.nodes):
+        act = _activation_of(act_node)
+        if act is None or not isinstance(act_node.args[0], torch.fx.Node):
+            continue
+        gemm_node = act_node.args[0]
+        gemm = _gemm_of(gemm_node)
+        if gemm is None or len(gemm_node.users) != 1:
+            continue
+        x, w, bias, transpose = gemm
+        activation, slope = act
+        try:
+            check_activation(activation, slope)
+        except ValueError:
+            continue
+        store = _store_preact(activation, x, w, bias)
+        with graph.inserting_before(act_node):
+            b = graph.call_function(torch.t, (w,)) if transpose else w
+            out = graph.call_function(torch.ops.gemm_act.gemm_act.default,
+                                      (x, b, bias, None, activation, 1.0, 0.0, slope, store))
+            y = graph.call_function(operator.getitem, (out, 0))
+        y.meta.update(act_node.meta)
+        act_node.replace_all_uses_with(y)
+        graph.erase_node(act_node)
+        graph.erase_node(gemm_node)
+        fused += 1
+    return fused
+
+
+class _FusionPass(CustomGraphPass):
+    def __init__(self, previous):
+        self.previous = previous  # a pass that was set before; it still runs, first
+        self.fused = 0            # pairs fused so far, for the tests
+
+    def __call__(self, graph):
+        if self.previous is not None:
+            self.previous(graph)
+        self.fused += fuse_graph(graph)
+
+    def uuid(self):
+        previous = self.previous.uuid() if self.previous is not None else None
+        return (get_hash_for_files((__file__,)), previous)
+
+
+def enable_compile_fusion(enabled=True):
+    """With ``enabled``, every later ``torch.compile`` (Inductor) fuses the
+    Linear -> activation pairs it captures into this project's operator;
+    ``False`` restores the pass that was there before. A pass already set as
+    Inductor's ``pre_grad_custom_pass`` keeps running, before this one."""
+    current = inductor_config.pre_grad_custom_pass
+    if enabled:
+        if not isinstance(current, _FusionPass):
+            inductor_config.pre_grad_custom_pass = _FusionPass(current)
+    elif isinstance(current, _FusionPass):
+        inductor_config.pre_grad_custom_pass = current.previous
+
+
+def compile_fusion_enabled():
+    return isinstance(inductor_config.pre_grad_custom_pass, _FusionPass)
