@@ -3,12 +3,14 @@
 activation module, nn.Linear, in nn.Sequential), eager against the same model
 fused with torch_gemm_act.fuse_linear_act, side by side in one run.
 
-    python bench/models.py [--out DIR] [--cases NAME ...] [--no-compile] [--cpu-dry-run]
+    python bench/models.py [--out DIR] [--cases NAME ...] [--no-compile] [--cpu-dry-run [--dry-run-compile]]
 
 For each case, mode (inference: a no_grad forward; training: forward and
 backward with a fixed random output gradient) and compilation (eager mode,
 torch.compile), it times the eager and the fused model with
-triton.testing.do_bench (median; the two take turns over --rounds rounds),
+triton.testing.do_bench (median; they take turns over --rounds rounds) and,
+compiled, a third: the eager model compiled unchanged with
+torch_gemm_act.enable_compile_fusion() on (`compile_fusion`),
 records the peak memory of one step of each, and checks the fused outputs
 (and in training the input gradient) against eager's. Writes
 <UTC time>_<short commit>_models.json and a .png to bench/results/ (or
@@ -108,17 +110,25 @@ def peak_bytes(fn, device):
 def measure(case, mode, compiled, ctx):
     import torch
 
+    import torch_gemm_act
+
     args, device, timer = ctx["args"], ctx["device"], ctx["timer"]
     eager, fused, x, gy = build(case, device, args.cpu_dry_run)
     models = {"eager": eager, "fused": fused}
     if compiled:
         torch.compiler.reset()
         models = {name: torch.compile(m) for name, m in models.items()}
+        models["compile_fusion"] = torch.compile(copy.deepcopy(eager))
     fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
     row = {"case": case, "mode": mode, "compiled": compiled, "dtype": CASES[case][5],
            "ms": {}, "peak_bytes": {}}
-    outs = {name: fn() for name, fn in fns.items()}  # also compiles
-    errs = [rel_err(g, r) for g, r in zip(outs["fused"], outs["eager"])]
+    outs = {}
+    for name, fn in fns.items():  # the first call compiles: the fusion pass is on for compile_fusion only
+        torch_gemm_act.enable_compile_fusion(name == "compile_fusion")
+        outs[name] = fn()
+    torch_gemm_act.enable_compile_fusion(False)
+    errs = [rel_err(g, r) for other in ("fused", "compile_fusion") if other in outs
+            for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)
     row["correct"] = row["max_rel_err"] <= TOLERANCE[row["dtype"]]
     del outs
@@ -127,22 +137,26 @@ def measure(case, mode, compiled, ctx):
     rounds = {name: [] for name in fns}
     order = list(fns)
     for r in range(args.rounds):
-        for name in order[r % 2:] + order[:r % 2]:
+        shift = r % len(order)  # each round starts one contender later
+        for name in order[shift:] + order[:shift]:
             rounds[name].append(timer(fns[name]))
     row["ms"] = {name: statistics.median(v) for name, v in rounds.items()}
     return row
 
 
 def table(rows):
-    head = f'{"case":<20} {"mode":<10} {"compiled":<8} {"eager ms":>9} {"fused ms":>9} {"fused/eager":>11} {"peak MiB e/f":>14} err'
+    head = (f'{"case":<20} {"mode":<10} {"compiled":<8} {"eager ms":>9} {"fused ms":>9} {"fused/eager":>11} '
+            f'{"cfusion/eager":>13} {"peak MiB e/f":>14} err')
     lines = [head, "-" * len(head)]
     for r in rows:
         e, f = r["ms"]["eager"], r["ms"]["fused"]
+        cf = r["ms"].get("compile_fusion")
         pb = r["peak_bytes"]
         mem = ("-" if pb.get("eager") is None
                else f'{pb["eager"] / 2**20:.0f}/{pb["fused"] / 2**20:.0f}')
+        cfus = f"{cf / e:>12.3f}x" if cf is not None else f'{"-":>13}'
         lines.append(f'{r["case"]:<20} {r["mode"]:<10} {str(r["compiled"]):<8} {e:>9.3f} {f:>9.3f} '
-                     f'{f / e:>10.3f}x {mem:>14} {r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}')
+                     f'{f / e:>10.3f}x {cfus} {mem:>14} {r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}')
     return "\n".join(lines)
 
 
@@ -176,7 +190,9 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time per round, ms")
     p.add_argument("--cpu-dry-run", action="store_true",
-                   help="for testing this script only: tiny models on the CPU")
+                   help="for testing this script only: tiny models on the CPU, eager mode only")
+    p.add_argument("--dry-run-compile", action="store_true",
+                   help="with --cpu-dry-run: the compiled rows too")
     return p.parse_args(argv)
 
 
@@ -197,7 +213,8 @@ def main(argv=None):
     rows = []
     t0 = time.perf_counter()
     for case in args.cases:
-        for compiled in (False,) if args.no_compile or args.cpu_dry_run else (False, True):
+        eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
+        for compiled in (False,) if eager_only else (False, True):
             for mode in ("inference", "training"):
                 rows.append(measure(case, mode, compiled, ctx))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)

@@ -24,3 +24,18 @@ def test_models_dry_run(tmp_path):
     for r in rows:
         assert set(r["ms"]) == {"eager", "fused"} and set(r["peak_bytes"]) == {"eager", "fused"}
         assert r["correct"], r
+
+
+def test_models_dry_run_compiled(tmp_path):
+    """The compiled rows: eager, fused and the unchanged model under compile fusion."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
+                             "--dry-run-compile", "--cases", "small_mlp_fp32", "--rounds", "1",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["mode"], r["compiled"]) for r in rows} == {
+        (m, c) for m in ("inference", "training") for c in (False, True)}
+    for r in rows:
+        expected = {"eager", "fused", "compile_fusion"} if r["compiled"] else {"eager", "fused"}
+        assert set(r["ms"]) == expected and r["correct"], r
