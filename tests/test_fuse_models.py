@@ -190,15 +190,27 @@ class _Shared(nn.Module):
         return self.act(h) + h + self.mish(self.other(x))
 
 
+class _Listed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8), nn.GELU()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 def test_report_says_what_was_left_and_why():
-    model = nn.Sequential(_Untraceable(), _Shared(), nn.Linear(8, 8), nn.SiLU())
+    model = nn.Sequential(_Untraceable(), _Shared(), nn.Linear(8, 8), nn.SiLU(), _Listed())
     fused, report = tga.fuse_linear_act(model, report=True)
     assert report.fused == [("2", "3", "silu")]
     left = dict(report.left)
     assert "could not be traced" in left["0"]
+    assert "a container without a forward of its own" in left["4.layers"]
     assert "output is used by add as well" in left["1.fc -> 1.act"]
     assert "Mish is not an activation this project computes" in left["1.other -> 1.mish"]
-    assert "fused 1 pair(s), left 3" in str(report)
+    assert "fused 1 pair(s), left 4" in str(report)
     assert isinstance(fused[0].fc, nn.Linear) and isinstance(fused[1].fc, nn.Linear)
 
 

@@ -81,6 +81,12 @@ def _fuse_children(path, parent, result):
     acts = {name for name, m in children.items() if _is_activation(m)}
     if not linears or not acts:
         return
+    if type(parent).forward is nn.Module.forward:
+        # A container (ModuleList, ModuleDict): the module that owns it calls
+        # its children, and its pairs are not one forward's to judge.
+        result.left.append((path or "(model)", "a container without a forward of its own; its "
+                                               "Linear -> activation pairs stay"))
+        return
     try:
         graph = _trace(parent)
     except Exception as e:  # noqa: BLE001 - any failure to trace leaves the module as it is
