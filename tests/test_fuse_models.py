@@ -184,10 +184,12 @@ class _Shared(nn.Module):
         self.act = nn.ReLU()
         self.other = nn.Linear(8, 8)
         self.mish = nn.Mish()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)  # no activation: nothing reported
 
     def forward(self, x):
         h = self.fc(x)
-        return self.act(h) + h + self.mish(self.other(x))
+        q = self.other(x)
+        return self.act(h) + h + self.mish(q) + self.attn(q, q, q, need_weights=False)[0]
 
 
 class _Listed(nn.Module):
@@ -203,7 +205,10 @@ class _Listed(nn.Module):
 
 def test_report_says_what_was_left_and_why():
     model = nn.Sequential(_Untraceable(), _Shared(), nn.Linear(8, 8), nn.SiLU(), _Listed())
+    x = torch.randn(2, 3, 8)
+    expected = model(x)
     fused, report = tga.fuse_linear_act(model, report=True)
+    torch.testing.assert_close(fused(x), expected, rtol=1e-5, atol=1e-6)
     assert report.fused == [("2", "3", "silu")]
     left = dict(report.left)
     assert "could not be traced" in left["0"]

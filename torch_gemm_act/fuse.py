@@ -72,6 +72,8 @@ def _linear_kind(module):
 
 
 def _is_activation(module):
+    if isinstance(module, nn.MultiheadAttention):  # defined beside the activations, but not one
+        return False
     return from_module(module) is not None or type(module).__module__ in ACTIVATION_MODULES
 
 
