@@ -68,8 +68,9 @@ python3 -m pytest -q tests/test_sanitizer.py -p no:cacheprovider --durations=20 
 fi
 
 if want sweep; then
-step "sm90 configurations against each other: SWEEP_CONFIGS='${SWEEP_CONFIGS:-every compiled one}'"
-python3 bench/kernel_sweep.py ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
+step "${SWEEP_FAMILY:-sm90} configurations against each other: SWEEP_CONFIGS='${SWEEP_CONFIGS:-every compiled one}'"
+python3 bench/kernel_sweep.py --family "${SWEEP_FAMILY:-sm90}" ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} \
+  ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
   --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
 fi
 
