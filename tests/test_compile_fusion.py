@@ -108,3 +108,17 @@ def test_the_switch_turns_it_off_and_keeps_a_pass_set_before():
     finally:
         torch._inductor.config.pre_grad_custom_pass = None
         torch._dynamo.reset()
+
+
+def test_addmm_with_a_bias_per_column_only(fusion):
+    """torch.addmm(b, x, w), as transformers' Conv1D computes, is fused when b
+    is a bias per column; with a full [M, N] input (a C) it is left."""
+    torch.manual_seed(0)
+    w, bias, c = torch.randn(16, 8), torch.randn(8), torch.randn(4, 8)
+
+    def f(x):
+        return torch.relu(torch.addmm(bias, x, w)) + torch.relu(torch.addmm(c, x, w))
+
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x), rtol=1e-5, atol=1e-6)
+    assert fusion.fused == 1

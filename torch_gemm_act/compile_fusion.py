@@ -63,7 +63,10 @@ def _gemm_of(node):
         return x, w, _arg(node, 2, "bias", None), True
     if node.target is torch.addmm and len(node.args) == 3 and not node.kwargs:
         bias, x, w = node.args
-        return x, w, bias, False
+        # A bias per column (Conv1D's); a full [M, N] input is a C, not a bias.
+        value = _value(bias)
+        if isinstance(value, torch.Tensor) and value.dim() == 1:
+            return x, w, bias, False
     return None
 
 
