@@ -1,6 +1,8 @@
-"""A fused model trains under DDP and FSDP2 (fully_shard) exactly as in one
-process: two CPU processes on gloo, a few SGD steps, then every parameter
-compared with the same model trained alone on both processes' batches."""
+"""A fused model trains under DDP, FSDP2 (fully_shard) and tensor
+parallelism exactly as in one process: two CPU processes on gloo, a few SGD
+steps, then every parameter compared with the same model trained alone (on
+both processes' batches; for tensor parallelism, where both see the same
+batch, on that one)."""
 
 import os
 import socket
@@ -37,6 +39,9 @@ def _worker(rank, engine, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
+        if engine == "tp":
+            _train_tensor_parallel(rank, out)
+            return
         model = tga.fuse_linear_act(_model())
         assert sum(isinstance(m, tga.LinearAct) for m in model.modules()) == 2
         if engine == "ddp":
@@ -60,23 +65,43 @@ def _worker(rank, engine, port, out):
         dist.destroy_process_group()
 
 
+def _train_tensor_parallel(rank, out):
+    """The plan written for the unfused model (column-parallel first Linear,
+    row-parallel second), then fuse_linear_act: the fused modules keep the
+    plan's sharded parameters and input/output conversions, and the operator
+    computes on the DTensor shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (WORLD,))
+    model = parallelize_module(_model(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    model, report = tga.fuse_linear_act(model, report=True)
+    assert [lin for lin, _, _ in report.fused] == ["0", "2"] and report.hooks_moved == ["0", "2"], str(report)
+    assert type(model[0].weight).__name__ == "DTensor"
+    x, y = _batch(0)
+    _train(model, lambda m: ((m(x) - y) ** 2).mean())
+    state = {k: (v.full_tensor() if type(v).__name__ == "DTensor" else v) for k, v in model.state_dict().items()}
+    if rank == 0:
+        torch.save({k: v.detach().clone() for k, v in state.items()}, out)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _one_process():
+def _one_process(engine):
     model = _model()
-    batches = [_batch(r) for r in range(WORLD)]
-    _train(model, lambda m: sum(((m(x) - y) ** 2).mean() for x, y in batches) / WORLD)
+    batches = [_batch(r) for r in range(1 if engine == "tp" else WORLD)]
+    _train(model, lambda m: sum(((m(x) - y) ** 2).mean() for x, y in batches) / len(batches))
     return model.state_dict()
 
 
 def _check(engine, tmp_path):
     out = str(tmp_path / f"{engine}.pt")
     mp.spawn(_worker, args=(engine, _free_port(), out), nprocs=WORLD)
-    got, expected = torch.load(out), _one_process()
+    got, expected = torch.load(out), _one_process(engine)
     assert list(got) == list(expected)
     for key, value in expected.items():
         torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6, msg=key)
@@ -88,3 +113,7 @@ def test_fused_model_trains_under_ddp(tmp_path):
 
 def test_fused_model_trains_under_fully_shard(tmp_path):
     _check("fsdp", tmp_path)
+
+
+def test_fused_model_trains_under_tensor_parallelism(tmp_path):
+    _check("tp", tmp_path)

@@ -17,6 +17,8 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     pre-activation. As in ``torch.addmm``, c is not read when beta == 0.
     """
     # The operator checks every argument (csrc/checks.cpp); nothing is re-checked here.
+    if type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":
+        from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
     store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
     y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
                            float(negative_slope), store_preact)

@@ -37,11 +37,15 @@ class FusionReport:
 
     fused: list = dataclasses.field(default_factory=list)
     left: list = dataclasses.field(default_factory=list)
+    # Linears whose forward hooks (a tensor-parallel plan's, say) now run on
+    # the fused module: a forward hook there sees the activation's output.
+    hooks_moved: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
         lines = [f"fuse_linear_act: fused {len(self.fused)} pair(s), left {len(self.left)}"]
         lines += [f"  fused {lin} -> {act} ({name})" for lin, act, name in self.fused]
         lines += [f"  left  {path}: {why}" for path, why in self.left]
+        lines += [f"  hooks of {path} moved to its fused module" for path in self.hooks_moved]
         return "\n".join(lines)
 
 
@@ -114,9 +118,27 @@ def _fuse_children(path, parent, result):
             linear = children[source.target]
             fused = (LinearAct.from_linear(linear, activation, slope) if _linear_kind(linear) == "linear"
                      else Conv1DAct.from_conv1d(linear, activation, slope))
+            if _move_forward_hooks(linear, fused):
+                result.hooks_moved.append(lin_path)
             parent._modules[source.target] = fused
             parent._modules[act_name] = nn.Identity()
             result.fused.append((lin_path, act_path, activation))
+
+
+_FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                  "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def _move_forward_hooks(linear, fused):
+    """Gives fused the Linear's forward hooks (parallelize_module's input and
+    output conversions among them); whether there were any."""
+    moved = False
+    for name in _FORWARD_HOOKS:
+        hooks = getattr(linear, name, None)
+        if hooks:
+            getattr(fused, name).update(hooks)
+            moved = True
+    return moved
 
 
 def _why_not(lin_node, act_node, calls, children):
