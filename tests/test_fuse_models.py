@@ -231,3 +231,14 @@ def test_conv1d_act_is_conv1d_then_its_activation():
     assert fresh.weight.shape == (16, 24) and list(fresh.state_dict()) == list(conv.state_dict())
     with pytest.raises(TypeError, match="expects a transformers Conv1D, got Linear"):
         tga.Conv1DAct.from_conv1d(nn.Linear(4, 4))
+
+
+def test_forward_hooks_move_to_the_fused_module():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    seen = []
+    model[0].register_forward_pre_hook(lambda mod, args: seen.append("pre"))
+    model[0].register_forward_hook(lambda mod, args, out: seen.append(bool((out >= 0).all())))
+    fused, report = tga.fuse_linear_act(model, report=True)
+    assert report.hooks_moved == ["0"] and "hooks of 0 moved to its fused module" in str(report)
+    fused(torch.randn(4, 8))
+    assert seen == ["pre", True]  # the forward hook now sees the activation's output
