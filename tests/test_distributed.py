@@ -35,6 +35,25 @@ def _train(model, step_loss, steps=3):
         opt.step()
 
 
+def _wrap(model, engine):
+    """The model as `engine` trains it."""
+    if engine.startswith("ddp"):
+        model = nn.parallel.DistributedDataParallel(model)
+        return torch.compile(model) if engine == "ddp_compile" else model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if engine == "fsdp_bf16" else MixedPrecisionPolicy())
+    for layer in model:
+        if any(True for _ in layer.parameters()):
+            fully_shard(layer, mp_policy=policy)
+    return fully_shard(model, mp_policy=policy)
+
+
+def _full_state(model):
+    state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in model.state_dict().items()}
+    return {k: (v.full_tensor() if type(v).__name__ == "DTensor" else v).detach().clone() for k, v in state.items()}
+
+
 def _worker(rank, engine, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -42,25 +61,20 @@ def _worker(rank, engine, port, out):
         if engine == "tp":
             _train_tensor_parallel(rank, out)
             return
-        model = tga.fuse_linear_act(_model())
-        assert sum(isinstance(m, tga.LinearAct) for m in model.modules()) == 2
-        if engine == "ddp":
-            model = nn.parallel.DistributedDataParallel(model)
-        else:
-            from torch.distributed.fsdp import fully_shard
-            for layer in model:
-                if any(True for _ in layer.parameters()):
-                    fully_shard(layer)
-            fully_shard(model)
         x, y = _batch(rank)
-        _train(model, lambda m: ((m(x) - y) ** 2).mean())
-        state = model.state_dict()
-        if engine == "ddp":
-            state = {k.removeprefix("module."): v for k, v in state.items()}
-        else:
-            state = {k: v.full_tensor() for k, v in state.items()}
+        states = {}
+        # fsdp_bf16: the unfused model under the same policy is the reference
+        # (both compute in bf16, so one process in fp32 is not).
+        for name in ("fused", "eager") if engine == "fsdp_bf16" else ("fused",):
+            model = _model()
+            if name == "fused":
+                model = tga.fuse_linear_act(model)
+                assert sum(isinstance(m, tga.LinearAct) for m in model.modules()) == 2
+            model = _wrap(model, engine)
+            _train(model, lambda m: ((m(x) - y) ** 2).mean())
+            states[name] = _full_state(model)  # a collective under FSDP: every rank takes part
         if rank == 0:
-            torch.save({k: v.detach().clone() for k, v in state.items()}, out)
+            torch.save(states, out)
     finally:
         dist.destroy_process_group()
 
@@ -80,9 +94,9 @@ def _train_tensor_parallel(rank, out):
     assert type(model[0].weight).__name__ == "DTensor"
     x, y = _batch(0)
     _train(model, lambda m: ((m(x) - y) ** 2).mean())
-    state = {k: (v.full_tensor() if type(v).__name__ == "DTensor" else v) for k, v in model.state_dict().items()}
+    state = _full_state(model)  # a collective: every rank takes part
     if rank == 0:
-        torch.save({k: v.detach().clone() for k, v in state.items()}, out)
+        torch.save({"fused": state}, out)
 
 
 def _free_port():
@@ -101,18 +115,31 @@ def _one_process(engine):
 def _check(engine, tmp_path):
     out = str(tmp_path / f"{engine}.pt")
     mp.spawn(_worker, args=(engine, _free_port(), out), nprocs=WORLD)
-    got, expected = torch.load(out), _one_process(engine)
+    states = torch.load(out)
+    got = states["fused"]
+    expected = states["eager"] if "eager" in states else _one_process(engine)
+    tol = dict(rtol=2e-2, atol=2e-2) if engine == "fsdp_bf16" else dict(rtol=1e-5, atol=1e-6)
     assert list(got) == list(expected)
     for key, value in expected.items():
-        torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-6, msg=key)
+        torch.testing.assert_close(got[key], value, msg=key, **tol)
 
 
 def test_fused_model_trains_under_ddp(tmp_path):
     _check("ddp", tmp_path)
 
 
+def test_fused_model_trains_under_ddp_compiled(tmp_path):
+    _check("ddp_compile", tmp_path)
+
+
 def test_fused_model_trains_under_fully_shard(tmp_path):
     _check("fsdp", tmp_path)
+
+
+def test_fused_model_trains_under_fully_shard_in_bf16(tmp_path):
+    """FSDP2's mixed precision (bf16 compute, fp32 reduction): the fused and
+    the unfused model end within bf16's tolerance of each other."""
+    _check("fsdp_bf16", tmp_path)
 
 
 def test_fused_model_trains_under_tensor_parallelism(tmp_path):
