@@ -4,6 +4,7 @@ steps, then every parameter compared with the same model trained alone (on
 both processes' batches; for tensor parallelism, where both see the same
 batch, on that one)."""
 
+import datetime
 import os
 import socket
 
@@ -56,7 +57,8 @@ def _full_state(model):
 
 def _worker(rank, engine, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # A rank that fails leaves the other waiting: collectives time out instead of hanging.
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
     try:
         if engine == "tp":
             _train_tensor_parallel(rank, out)
@@ -76,6 +78,9 @@ def _worker(rank, engine, port, out):
         if rank == 0:
             torch.save(states, out)
     finally:
+        # Both ranks done with every collective before the group goes (a rank
+        # that leaves first can abort the other's last gloo operation).
+        dist.barrier()
         dist.destroy_process_group()
 
 
