@@ -16,7 +16,8 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
-from .activations import GRAD_FROM_OUTPUT, check_activation
+from .activations import check_activation
+from .functional import _stores_preact
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
 _RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
@@ -74,13 +75,6 @@ def _value(node):
     return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
-def _store_preact(activation, *inputs):
-    # As gemm_act decides (functional._stores_preact): Z when the backward needs it.
-    if activation in GRAD_FROM_OUTPUT or not torch.is_grad_enabled():
-        return False
-    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in map(_value, inputs))
-
-
 def fuse_graph(graph):
     """Rewrites graph in place; returns the number of pairs fused."""
     fused = 0
@@ -98,7 +92,10 @@ def fuse_graph(graph):
             check_activation(activation, slope)
         except ValueError:
             continue
-        store = _store_preact(activation, x, w, bias)
+        # Z where the backward needs it, as gemm_act decides from the tensors
+        # the graph was captured with.
+        x_value, w_value, bias_value = map(_value, (x, w, bias))
+        store = _stores_preact(x_value, w_value, bias_value, None, activation, False)
         with graph.inserting_before(act_node):
             b = graph.call_function(torch.t, (w,)) if transpose else w
             out = graph.call_function(torch.ops.gemm_act.gemm_act.default,
