@@ -198,8 +198,18 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
       if (alpha != 1.0) out[0] = out[0] * alpha;
     }
     if (need_b) {
-      const at::Tensor grad_b = pad_to(a.reshape_symint({rows, k}), rows, k_run).t().mm(grad_pre_2d);
-      out[1] = grad_b.narrow_symint(0, 0, k).narrow_symint(1, 0, n);
+      // dB in b's own layout: for b = weight.t() (K contiguous), dB^T = dZ^T A
+      // row-major, whose transpose the autograd of .t() turns back into a
+      // gradient laid out like the weight, which AccumulateGrad then keeps
+      // as it is instead of copying it into the weight's strides.
+      const at::Tensor a_2d = pad_to(a.reshape_symint({rows, k}), rows, k_run);
+      if (b.sym_stride(0) == 1 && b.sym_stride(1) != 1) {
+        const at::Tensor grad_bt = grad_pre_2d.t().mm(a_2d);  // [n_run, k_run]
+        out[1] = grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k).t();
+      } else {
+        const at::Tensor grad_b = a_2d.t().mm(grad_pre_2d);  // [k_run, n_run]
+        out[1] = grad_b.narrow_symint(0, 0, k).narrow_symint(1, 0, n);
+      }
       if (alpha != 1.0) out[1] = out[1] * alpha;
     }
     if (need_bias) out[2] = grad_bias;

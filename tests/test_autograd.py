@@ -120,6 +120,24 @@ def test_backward_does_no_work_for_unused_preact(activation, device):
     assert not [n for n in ops.names if n.startswith(("zeros", "fill", "add"))], ops.names
 
 
+def test_weight_gradient_needs_no_copy(device):
+    # nn.Linear's weight goes in as weight.t(): its gradient must come out in
+    # the weight's own layout, or AccumulateGrad copies it (one more kernel
+    # as large as the weight per layer and step).
+    layer = tga.LinearAct(8, 5, activation="gelu", device=device)
+    x = torch.randn(6, 8, device=device, requires_grad=True)
+    y = layer(x)
+    (gw,) = torch.autograd.grad(y, layer.weight, torch.randn_like(y))
+    assert gw.stride() == layer.weight.stride()
+    with _CountOps() as ops:
+        layer(x).backward(torch.randn_like(y))
+    assert not [n for n in ops.names if n.startswith(("clone", "copy", "_to_copy", "contiguous"))], ops.names
+    # A [K, N] row-major b keeps its layout too.
+    b = torch.randn(8, 5, device=device, requires_grad=True)
+    (gb,) = torch.autograd.grad(tga.gemm_act(x, b, activation="gelu"), b, torch.randn_like(y))
+    assert gb.stride() == b.stride()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k, n", [(187, 177), (187, 176), (184, 177)])
 def test_gradients_with_rows_not_16_byte_aligned(k, n, dtype, device):

@@ -1,11 +1,14 @@
-"""Host time per call of the op on shapes too small for the GPU to matter:
-what the dispatcher, the checks and the launch path cost.
+"""Host time per call of the op beside eager's, on problems small enough for
+the host to be the bottleneck: what the dispatcher, the checks, autograd and
+the launch path cost, and (--profile) which calls the time goes to.
 
-    python lab/diag/host_overhead.py [--calls 2000]
+    python lab/diag/host_overhead.py [--size 1000] [--calls 2000] [--profile]
 
 Prints the median over 7 repetitions of the wall time per call (the GPU
-synchronised once per repetition), for inference and forward + backward.
-Run it with each build on PYTHONPATH to compare two of them.
+synchronised once per repetition) for inference and forward + backward, for
+eager F.linear + gelu, linear_act under the dispatch rule and with each
+CUDA backend forced, and for the pieces a call is made of. --profile adds
+torch.profiler's table of host time per operator and CUDA API call.
 """
 
 import argparse
@@ -13,6 +16,7 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 import torch_gemm_act as tga
 
@@ -31,26 +35,88 @@ def per_call_us(fn, calls):
     return statistics.median(reps)
 
 
+def profile(name, fn, calls):
+    from torch.profiler import ProfilerActivity, profile as prof
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    print(f"\n--- {name}: {calls} calls, host time per operator / CUDA API call")
+    print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=1000, help="M = K = N")
     p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--profile", action="store_true")
     args = p.parse_args()
-    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    n = args.size
+    dt = torch.bfloat16
+    a = torch.randn(n, n, device="cuda", dtype=dt)
+    w = torch.randn(n, n, device="cuda", dtype=dt) * n ** -0.5
+    b = torch.randn(n, device="cuda", dtype=dt)
     ag, wg, bg = (t.clone().requires_grad_() for t in (a, w, b))
-    gy = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    gy = torch.randn(n, n, device="cuda", dtype=dt)
+    ins = (ag, wg, bg)
 
-    def inference():
-        with torch.no_grad():
-            return tga.linear_act(a, w, b)
+    def eager(x, wt, bias):
+        return F.gelu(F.linear(x, wt, bias))
 
-    def train_step():
-        y = tga.linear_act(ag, wg, bg)
-        return torch.autograd.grad(y, (ag, wg, bg), gy)
+    def ours(x, wt, bias):
+        return tga.linear_act(x, wt, bias)
 
-    print(f"inference {per_call_us(inference, args.calls):.1f} us/call, "
-          f"forward+backward {per_call_us(train_step, args.calls // 4):.1f} us/call")
+    def forced(backend):
+        def run(x, wt, bias):
+            before = tga.testing._C.testing_overrides()
+            tga.testing._C.set_testing_overrides(backend, *before[1:])
+            try:
+                return ours(x, wt, bias)
+            finally:
+                tga.testing._C.set_testing_overrides(*before)
+        return run
+
+    contenders = {"eager": eager, "linear_act": ours}
+    for backend in tga.testing.cuda_backends():
+        contenders[f"linear_act:{backend}"] = forced(backend)
+
+    op = torch.ops.gemm_act.gemm_act.default
+    ab = torch.ops.gemm_act.activation_backward.default
+    z = torch.randn(n, n, device="cuda", dtype=dt)
+    pieces = {
+        "torch.mm": lambda: torch.mm(a, w.t()),
+        "gemm_act op (no Z)": lambda: op(a, w.t(), b, None, "gelu", 1.0, 0.0, 0.01, False),
+        "gemm_act op (Z)": lambda: op(a, w.t(), b, None, "gelu", 1.0, 0.0, 0.01, True),
+        "activation_backward op": lambda: ab(gy, z, b, "gelu", 0.01),
+        "F.gelu": lambda: F.gelu(a),
+        "torch.ops.aten.gelu_backward": lambda: torch.ops.aten.gelu_backward(gy, z),
+    }
+    print(f"M = K = N = {n}, bf16, gelu, bias per column; us per call (wall, host-bound)")
+    print(f"{'contender':28s} {'inference':>10s} {'fwd+bwd':>10s}")
+    for name, f in contenders.items():
+        def inference(f=f):
+            with torch.no_grad():
+                return f(a, w, b)
+
+        def train(f=f):
+            y = f(*ins)
+            return torch.autograd.grad(y, ins, gy)
+        print(f"{name:28s} {per_call_us(inference, args.calls):10.1f} {per_call_us(train, args.calls // 4):10.1f}")
+    print()
+    with torch.no_grad():
+        for name, f in pieces.items():
+            print(f"{name:28s} {per_call_us(f, args.calls):10.1f}")
+    if args.profile:
+        for name in ("eager", "linear_act"):
+            f = contenders[name]
+
+            def train(f=f):
+                y = f(*ins)
+                return torch.autograd.grad(y, ins, gy)
+            profile(f"{name} forward + backward", train, 200)
 
 
 if __name__ == "__main__":
