@@ -1,10 +1,21 @@
 // torch_gemm_act._C: importing it registers the operators (the
 // TORCH_LIBRARY blocks of this library). Its few functions tell the Python
 // side what the C++ tables hold (the activations, the CUDA backends, the
-// compiled kernel configurations) and set the testing switch (testing.h).
+// compiled kernel configurations), set the testing switch (testing.h), and
+// call gemm_act from eager Python without torch.ops' argument matching.
+#define PY_SSIZE_T_CLEAN  // the s# format takes a Py_ssize_t length
 #include <Python.h>
 
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/utils/wrap_outputs.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <optional>
+#include <tuple>
 
 #include <string>
 #include <vector>
@@ -121,6 +132,51 @@ PyObject* testing_overrides(PyObject*, PyObject*) {
                        o.poison_outputs ? Py_True : Py_False, o.sm80_kernel.c_str());
 }
 
+// gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
+// store_preact) -> (Y, Z): the operator through the dispatcher, as
+// torch.ops.gemm_act.gemm_act calls it (autograd, modes, subclasses all
+// apply), without matching Python arguments against its schema, which cost
+// more host time than the rest of a small forward. The Python side takes
+// this path for plain tensors outside torch.compile and torch-function modes.
+PyObject* gemm_act_call(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *a = nullptr, *b = nullptr, *bias = nullptr, *c = nullptr;
+  const char* activation = nullptr;
+  Py_ssize_t activation_len = 0;
+  double alpha = 1.0, beta = 0.0, negative_slope = 0.01;
+  int store_preact = 0;
+  if (!PyArg_ParseTuple(args, "O!O!OOs#dddp", reinterpret_cast<PyTypeObject*>(THPVariableClass), &a,
+                        reinterpret_cast<PyTypeObject*>(THPVariableClass), &b, &bias, &c,
+                        &activation, &activation_len, &alpha, &beta, &negative_slope, &store_preact)) {
+    return nullptr;
+  }
+  const auto tensor_or_none = [](PyObject* obj, const char* name) -> std::optional<at::Tensor> {
+    if (obj == Py_None) return std::nullopt;
+    TORCH_CHECK_TYPE(THPVariable_Check(obj), "gemm_act: ", name, " must be a Tensor or None, got ",
+                     Py_TYPE(obj)->tp_name);
+    return THPVariable_Unpack(obj);
+  };
+  const std::optional<at::Tensor> tbias = tensor_or_none(bias, "bias");
+  const std::optional<at::Tensor> tc = tensor_or_none(c, "c");
+  using Signature = std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+      const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gemm_act::gemm_act", "")
+                             .typed<Signature>();
+  std::tuple<at::Tensor, at::Tensor> out;
+  {
+    // As ATen's Python bindings do (a Python kernel on the way, of a mode
+    // or a subclass, takes the GIL back).
+    pybind11::gil_scoped_release no_gil;
+    out = op.call(THPVariable_Unpack(a), THPVariable_Unpack(b), tbias, tc,
+                  c10::string_view(activation, activation_len), alpha, beta, negative_slope,
+                  store_preact != 0);
+  }
+  return torch::autograd::utils::wrap(std::move(out));
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef kMethods[] = {
     {"activations", activations, METH_NOARGS, "((name, grad_from_y, uses_slope), ...)"},
     {"check_activation", check_activation, METH_VARARGS,
@@ -133,6 +189,8 @@ PyMethodDef kMethods[] = {
      "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel); see torch_gemm_act.testing"},
     {"testing_overrides", testing_overrides, METH_NOARGS,
      "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)"},
+    {"gemm_act", gemm_act_call, METH_VARARGS,
+     "gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact) -> (Y, Z)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

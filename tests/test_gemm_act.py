@@ -165,6 +165,26 @@ def test_nan_and_inf_propagate(device):
     assert (y[1] == 1).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_repeated_calls_on_the_same_memory(dtype, device):
+    # A loop reruns a call on the same addresses (the caching allocator's
+    # reuse): new data, and any other alpha, beta or slope, must show
+    # (the sm90 launch reuses the parameters of an identical earlier launch).
+    a, w = random_operands(256, 128, 192, dtype, device)
+    bias = torch.randn(192, dtype=dtype, device=device)
+    c = torch.randn(256, 192, dtype=dtype, device=device)
+    cases = [(1.0, 0.0, "gelu"), (1.0, 0.0, "gelu"), (2.0, 0.0, "gelu"), (0.0, 0.0, "gelu"),
+             (1.0, 0.5, "gelu"), (1.0, -0.5, "gelu"), (1.0, 0.0, "leaky_relu")]
+    for step, (alpha, beta, activation) in enumerate(cases):
+        if step == 1:
+            a.mul_(-1.5)  # same memory, new values
+        y = tga.gemm_act(a, w.t(), bias, c, activation=activation, alpha=alpha, beta=beta,
+                         negative_slope=0.2)
+        ref, _ = reference64(a, w.t(), bias, c, activation, alpha, beta, 0.2)
+        assert_close(y, ref, dtype)
+        del y  # its memory goes to the next call's Y
+
+
 def test_return_preact_gives_z_and_no_grad_gives_y(device):
     a, w = random_operands(8, 8, 8, torch.float32, device, requires_grad=True)
     with torch.no_grad():

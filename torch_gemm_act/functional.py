@@ -2,7 +2,7 @@
 
 import torch
 
-from . import ops
+from . import _C, ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
 
 
@@ -17,20 +17,33 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     pre-activation. As in ``torch.addmm``, c is not read when beta == 0.
     """
     # The operator checks every argument (csrc/checks.cpp); nothing is re-checked here.
-    if type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":
-        from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
     store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
-    y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
+    if (not torch.compiler.is_compiling() and type(a) in _PLAIN and type(b) in _PLAIN
+            and type(activation) is str and not torch._C._is_torch_function_mode_enabled()):
+        # The same operator, called without torch.ops' per-call argument matching.
+        y, z = _C.gemm_act(a, b, bias, c, activation, float(alpha), float(beta),
                            float(negative_slope), store_preact)
+    else:
+        if type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":
+            from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
+        y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
+                               float(negative_slope), store_preact)
     return (y, z) if return_preact else y
+
+
+# Operands the direct call takes: tensors that are no subclass with a
+# __torch_function__ of its own (nn.Parameter's is disabled).
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
 def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, bias, c)
-    )
-    return bool(return_preact) or (needs_grad and activation not in GRAD_FROM_OUTPUT)
+    if return_preact:
+        return True
+    needs_grad = torch.is_grad_enabled() and (
+        (a is not None and a.requires_grad) or (b is not None and b.requires_grad)
+        or (bias is not None and bias.requires_grad) or (c is not None and c.requires_grad))
+    return needs_grad and activation not in GRAD_FROM_OUTPUT
 
 
 def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,

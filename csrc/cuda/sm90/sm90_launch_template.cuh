@@ -1,7 +1,8 @@
 // The sm90 launch template: a CUTLASS 3 GEMM kernel's arguments from the
 // op's parameters, then what CUTLASS's device adapter would do, without it:
-// can_implement, workspace, TMA descriptors, the shared-memory opt-in, and a
-// cluster launch on the caller's stream.
+// can_implement, workspace, TMA descriptors (or the parameters of an
+// identical earlier launch: sm90_params_cache.cuh), the shared-memory
+// opt-in, and a cluster launch on the caller's stream.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "cuda/sm90/sm90_cutlass.cuh"
 #include "cuda/sm90/sm90_launch.h"
+#include "cuda/sm90/sm90_params_cache.cuh"
 #include "gemm_act.h"
 
 namespace gemm_act {
@@ -62,17 +64,24 @@ typename Kernel::Arguments gemm_arguments(const LaunchArgs& la, const FusionArgu
 // Checks, prepares and launches `Kernel` on `args` (see the file comment).
 template <class Kernel>
 LaunchResult launch_gemm(const typename Kernel::Arguments& args, const LaunchArgs& la) {
-  if (!Kernel::can_implement(args)) {
-    return {LaunchStatus::kNotImplementable, cudaSuccess, "can_implement"};
+  using Params = typename Kernel::Params;
+  static ParamsCache<Params> cache;
+  const LaunchKey key = LaunchKey::of(la);
+  Params params;
+  if (!cache.find(key, params)) {
+    if (!Kernel::can_implement(args)) {
+      return {LaunchStatus::kNotImplementable, cudaSuccess, "can_implement"};
+    }
+    void* workspace = nullptr;
+    const size_t workspace_bytes = Kernel::get_workspace_size(args);
+    if (workspace_bytes > 0) workspace = la.alloc_workspace(la.alloc_ctx, workspace_bytes);
+    if (Kernel::initialize_workspace(args, workspace, la.stream) != cutlass::Status::kSuccess) {
+      return {LaunchStatus::kError, cudaGetLastError(), "initialize_workspace"};
+    }
+    // Builds the TMA descriptors (host side, through the driver entry point).
+    params = Kernel::to_underlying_arguments(args, workspace);
+    if (workspace_bytes == 0) cache.remember(key, params);
   }
-  void* workspace = nullptr;
-  const size_t workspace_bytes = Kernel::get_workspace_size(args);
-  if (workspace_bytes > 0) workspace = la.alloc_workspace(la.alloc_ctx, workspace_bytes);
-  if (Kernel::initialize_workspace(args, workspace, la.stream) != cutlass::Status::kSuccess) {
-    return {LaunchStatus::kError, cudaGetLastError(), "initialize_workspace"};
-  }
-  // Builds the TMA descriptors (host side, through the driver entry point).
-  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
 
   // More than 48 KiB of dynamic shared memory needs an opt-in, once per
   // device (the attribute lives in the device's context).
@@ -95,14 +104,27 @@ LaunchResult launch_gemm(const typename Kernel::Arguments& args, const LaunchArg
     return {LaunchStatus::kError, attr_error, "cudaFuncSetAttribute"};
   }
 
+  // A cluster launch, as CUTLASS's ClusterLauncher makes it but without its
+  // per-launch attribute call (clusters of at most 8 CTAs are portable).
   using ClusterShape = typename Kernel::ClusterShape;
-  const dim3 block = Kernel::get_block_shape();
-  const dim3 grid = Kernel::get_grid_shape(params);
-  const dim3 cluster(size<0>(ClusterShape{}), size<1>(ClusterShape{}), size<2>(ClusterShape{}));
+  static_assert(size(ClusterShape{}) <= 8, "a portable cluster size");
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = size<0>(ClusterShape{});
+  cluster.val.clusterDim.y = size<1>(ClusterShape{});
+  cluster.val.clusterDim.z = size<2>(ClusterShape{});
+  cudaLaunchConfig_t config = {};
+  config.gridDim = Kernel::get_grid_shape(params);
+  config.blockDim = Kernel::get_block_shape();
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = la.stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
   void* kernel_params[] = {&params};
-  if (cutlass::ClusterLauncher::launch(grid, cluster, block, kSmemBytes, la.stream, kernel_fn,
-                                       kernel_params) != cutlass::Status::kSuccess) {
-    return {LaunchStatus::kError, cudaGetLastError(), "kernel launch"};
+  const cudaError_t launched = cudaLaunchKernelExC(&config, kernel_fn, kernel_params);
+  if (launched != cudaSuccess) {
+    cudaGetLastError();
+    return {LaunchStatus::kError, launched, "kernel launch"};
   }
   return {LaunchStatus::kOk, cudaSuccess, ""};
 }
