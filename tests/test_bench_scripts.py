@@ -39,3 +39,6 @@ def test_models_dry_run_compiled(tmp_path):
     for r in rows:
         expected = {"eager", "fused", "compile_fusion"} if r["compiled"] else {"eager", "fused"}
         assert set(r["ms"]) == expected and r["correct"], r
+        if r["compiled"]:
+            # Its compilation went through the fusion pass (not the eager model's, reused).
+            assert r["compile_fusion_pairs"] == 2, r

@@ -128,7 +128,10 @@ def enable_compile_fusion(enabled=True):
     """With ``enabled``, every later ``torch.compile`` (Inductor) fuses the
     Linear -> activation pairs it captures into this project's operator;
     ``False`` restores the pass that was there before. A pass already set as
-    Inductor's ``pre_grad_custom_pass`` keeps running, before this one."""
+    Inductor's ``pre_grad_custom_pass`` keeps running, before this one.
+    A function or module compiled before the call keeps the code it was
+    compiled to (``torch.compiler.reset()`` compiles it again); Dynamo also
+    reuses a compilation for an identical copy of a model compiled before."""
     current = inductor_config.pre_grad_custom_pass
     if enabled:
         if not isinstance(current, _FusionPass):
