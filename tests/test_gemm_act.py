@@ -348,3 +348,33 @@ def test_float32_is_exact_when_tf32_is_not_allowed(device):
     y = tga.linear_act(a, w, None, "none")
     y_ref, _ = reference64(a, w.t())
     assert_close(y, y_ref, torch.float32)
+
+
+def test_direct_call_matches_torch_ops(device):
+    # functional.gemm_act calls the operator through _C for plain tensors;
+    # torch.ops.gemm_act.gemm_act is the same operator.
+    a, w = random_operands(33, 40, 24, torch.float32, device)
+    bias = torch.randn(24, device=device)
+    y = tga.gemm_act(a, w.t(), bias, activation="silu", alpha=0.5)
+    y_ops, _ = tga.ops.gemm_act_op(a, w.t(), bias, None, "silu", 0.5, 0.0, 0.01, False)
+    assert torch.equal(y, y_ops)
+
+
+def test_torch_function_mode_sees_the_operator(device):
+    # A torch-function mode only sees calls made through torch.ops: under one,
+    # gemm_act takes that path.
+    from torch.overrides import TorchFunctionMode
+
+    class Record(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    a, w = random_operands(5, 8, 4, torch.float32, device)
+    with Record() as record:
+        tga.linear_act(a, w, None, "gelu")
+    assert torch.ops.gemm_act.gemm_act.default in record.seen
