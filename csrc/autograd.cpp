@@ -140,7 +140,12 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     return {y, z};
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  // `grads` by reference: the autograd node holds the only other reference
+  // to the incoming gradients, so moving them out here lets them be freed
+  // as soon as dZ exists, before the two GEMMs (eager's activation node
+  // frees gY at that point too; holding it raised the peak memory of a
+  // training step by gY's size).
+  static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     const variable_list saved_vars = ctx->get_saved_variables();
     const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
     at::Tensor saved = saved_vars[2];
@@ -156,8 +161,9 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     const bool need_bias = has_bias && ctx->needs_input_grad(bias_edge);
     const bool need_c = has_c && ctx->needs_input_grad(c_edge);
 
-    const at::Tensor& grad_y = grads[0];
-    const at::Tensor& grad_z = grads[1];
+    at::Tensor grad_y = std::move(grads[0]);
+    at::Tensor grad_z = std::move(grads[1]);
+    grads.clear();
     const std::optional<at::Tensor> bias_for_grad = need_bias ? if_defined(bias) : std::nullopt;
     at::Tensor grad_pre, grad_bias;
     if (grad_y.defined()) {
@@ -182,6 +188,9 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
         if (need_bias) grad_bias = grad_bias + grad_bias_z;
       }
     }
+
+    grad_y.reset();
+    grad_z.reset();
 
     variable_list out(9);  // one per forward argument; undefined: no gradient
     if (!grad_pre.defined()) return out;  // neither output received a gradient

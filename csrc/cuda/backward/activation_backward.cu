@@ -67,7 +67,7 @@ int pick_tc_log2(int64_t chunks, int64_t rows) {
 
 template <class Element>
 void run(const ActivationBackwardArgs& args, cudaStream_t stream) {
-  using Acc = std::conditional_t<sizeof(Element) == 8, double, float>;
+  using Acc = gpu::backward::BiasSum<Element>;
   const ActivationBackwardParams& p = args.params;
   const int64_t m = p.m, n = p.n;
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm_act.h"
 
@@ -40,6 +41,13 @@ struct ChunkShape {
   static constexpr int kWidth = kVec ? static_cast<int>(16 / sizeof(Element)) : 1;
   static constexpr int kUnroll = kVec ? 2 : 4;
 };
+
+// What bias gradients are summed in: double for fp32 as for fp64 (PyTorch
+// sums fp32 in float, but in an order whose error grows more slowly than a
+// thread's running sum over its rows; in double the sum stays at PyTorch's
+// accuracy or better whatever the order), float for fp16/bf16, as PyTorch.
+template <class Element>
+using BiasSum = std::conditional_t<(sizeof(Element) >= 4), double, float>;
 
 // Everything a kernel needs: pointers and the tiling (all sizes in elements).
 //

@@ -235,7 +235,7 @@ __device__ __forceinline__ void sum_partial_rows(const Acc* partials, int64_t co
 template <class Element, Activation kAct, bool kVec>
 __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_bias_cols_kernel(const BackwardPlan p) {
   using Num = Numeric<Element>;
-  using Acc = typename Num::Compute;
+  using Acc = BiasSum<Element>;
   constexpr int kW = ChunkShape<Element, kVec>::kWidth;
   constexpr int kU = ChunkShape<Element, kVec>::kUnroll;
   __shared__ Acc s_sum[kThreads * kW];
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   // Row tiles interleave: this block takes rows tile_m * rp + ty + k * stride,
   // so that the grid sweeps down the matrix together.
   const int64_t row_stride = p.tiles_m * rp;
-  const Acc slope = static_cast<Acc>(p.negative_slope);
+  const typename Num::Compute slope = static_cast<typename Num::Compute>(p.negative_slope);
   const Element* __restrict__ grad_y = static_cast<const Element*>(p.grad_y);
   const Element* __restrict__ saved = static_cast<const Element*>(p.saved);
   Element* __restrict__ grad_z = static_cast<Element*>(p.grad_z);
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
 template <class Element, Activation kAct, bool kVec>
 __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_bias_rows_kernel(const BackwardPlan p) {
   using Num = Numeric<Element>;
-  using Acc = typename Num::Compute;
+  using Acc = BiasSum<Element>;
   constexpr int kW = ChunkShape<Element, kVec>::kWidth;
   constexpr int kU = ChunkShape<Element, kVec>::kUnroll;
   __shared__ Acc s_warp[kWarps];
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   // Splits interleave: this block takes chunks split * tc + tx + k * stride,
   // so that the grid sweeps along the rows together.
   const int64_t chunk_stride = p.tiles_n * tc;
-  const Acc slope = static_cast<Acc>(p.negative_slope);
+  const typename Num::Compute slope = static_cast<typename Num::Compute>(p.negative_slope);
   const Element* __restrict__ grad_y = static_cast<const Element*>(p.grad_y);
   const Element* __restrict__ saved = static_cast<const Element*>(p.saved);
   Element* __restrict__ grad_z = static_cast<Element*>(p.grad_z);
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
     if constexpr (kW > 1) {
       if (split == 0 && tx == 0) {  // no-op unless cols % kW != 0
         for (int64_t i = base + full_chunks * kW; i < base + cols; ++i) {
-          const Acc dz = dz_of<Element, kAct>(Num::load(grad_y + i), Num::load(saved + i), slope);
+          const auto dz = dz_of<Element, kAct>(Num::load(grad_y + i), Num::load(saved + i), slope);
           acc += dz;
           grad_z[i] = Num::from_compute(dz);
         }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "activations.h"
+#include "cuda/library/cublaslt_algo_cache.h"
 #include "cuda/library/epilogue_pass.h"
 
 namespace gemm_act {
@@ -113,6 +114,21 @@ struct LtObjects {
   }
 };
 
+// The largest power of two up to 256 that divides the address, which
+// cuBLASLt's heuristic must know (it otherwise assumes 256 and may choose an
+// algorithm the pointer cannot serve).
+uint32_t alignment_bytes(const void* ptr) {
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+AlgoCache& algo_cache() {
+  static AlgoCache cache;
+  return cache;
+}
+
 template <class T>
 bool set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
   return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
@@ -125,6 +141,12 @@ std::optional<std::string> cublaslt_plan(const GemmActArgs& args) {
   if (!lt) return std::nullopt;
   return std::string("cuBLASLt matmul with epilogue ") + lt->name +
          (lt->then_activation ? ", then the activation pass" : "");
+}
+
+bool cublaslt_fuses_activation(const GemmActArgs& args) {
+  const std::optional<LtCase> lt = match(args);
+  return lt.has_value() && !lt->then_activation && lt->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+         lt->epilogue != CUBLASLT_EPILOGUE_BIAS;
 }
 
 bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
@@ -158,24 +180,46 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   // PyTorch's own cuBLASLt workspace for this handle and stream, as F.linear uses.
   const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
   void* workspace = at::cuda::getCUDABlasLtWorkspace();
-  if (cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes)) != CUBLAS_STATUS_SUCCESS) {
-    return false;
-  }
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(handle, o.desc, o.b, o.a, o.c, o.d, o.pref, 1, &heuristic,
-                                     &found) != CUBLAS_STATUS_SUCCESS ||
-      found == 0) {
-    return false;
+  void* d = lt->then_activation && p.z != nullptr ? p.z : p.y;
+  const void* c = p.c != nullptr ? p.c : d;
+  // cuBLASLt's A is our b and its B our a (D = op(b) op(a)).
+  const uint32_t align_a = alignment_bytes(p.b), align_b = alignment_bytes(p.a);
+  const uint32_t align_c = alignment_bytes(c), align_d = alignment_bytes(d);
+
+  AlgoKey key;
+  key.fields = {args.y.get_device(), lt->data_type, lt->compute, lt->epilogue,
+                lt->b.op, int64_t(lt->b.rows), int64_t(lt->b.cols), lt->b.ld,
+                lt->a.op, int64_t(lt->a.rows), int64_t(lt->a.cols), lt->a.ld,
+                p.m, p.n, ldc, align_a, align_b, align_c, align_d,
+                p.bias != nullptr ? alignment_bytes(p.bias) : 0,
+                lt->gelu_aux ? alignment_bytes(p.z) : 0, int64_t(workspace_bytes)};
+  std::optional<cublasLtMatmulAlgo_t> algo = algo_cache().find(key);
+  if (!algo) {
+    const auto pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+      return cublasLtMatmulPreferenceSetAttribute(o.pref, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+    };
+    if (!(pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d))) {
+      return false;
+    }
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(handle, o.desc, o.b, o.a, o.c, o.d, o.pref, 1, &heuristic,
+                                       &found) != CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      return false;
+    }
+    algo = heuristic.algo;
+    algo_cache().remember(key, *algo);
   }
   const float alpha = static_cast<float>(p.alpha);
   const float beta = p.c != nullptr ? static_cast<float>(p.beta) : 0.0f;
-  void* d = lt->then_activation && p.z != nullptr ? p.z : p.y;
-  const void* c = p.c != nullptr ? p.c : d;
   const cublasStatus_t status =
       cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, d, o.d,
-                     &heuristic.algo, workspace, workspace_bytes, stream);
+                     &*algo, workspace, workspace_bytes, stream);
   // An argument cuBLASLt rejects leaves nothing written: the caller falls back.
   if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ",

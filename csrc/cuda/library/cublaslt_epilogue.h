@@ -20,6 +20,10 @@ namespace library {
 // nothing when the case is not one it matches.
 std::optional<std::string> cublaslt_plan(const GemmActArgs& args);
 
+// Whether cuBLASLt's own activation epilogue (RELU or GELU) computes the
+// whole call, with no activation pass after it.
+bool cublaslt_fuses_activation(const GemmActArgs& args);
+
 // Runs the case if cuBLASLt matches it and finds an algorithm for it; false,
 // having done nothing, otherwise.
 bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream);

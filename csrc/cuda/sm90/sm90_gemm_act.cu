@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "activations.h"
+#include "cuda/library/cublaslt_epilogue.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
 #include "cuda/sm90/sm90_staging.h"
@@ -189,6 +190,21 @@ bool library_is_eager(const GemmActParams& p) {
 // against eager's 1.15x; 8192x4096x16384 1.12x against 1.13x).
 constexpr int64_t kMaxDirectK = 4096;
 
+// cuBLASLt's own RELU and GELU (tanh form) epilogues, without Z (relu never
+// stores Z: its derivative comes from Y), were faster than this family from
+// K = 4096 on (time / eager: 8192x4096x16384 bf16 gelu_tanh 0.86 against
+// 1.03, relu 0.86 against 1.01; 4096^3 gelu_tanh 0.90 against 0.99, relu
+// tf32 0.93 against 0.96) and level at shorter K or M = 128 (32768x768x3072
+// gelu_tanh 0.74 against 0.75). The library runs them when it can
+// (library::cublaslt_fuses_activation).
+constexpr int64_t kMinLibraryActivationK = 4096;
+constexpr int64_t kMinLibraryActivationM = 256;
+bool library_epilogue_is_faster(const GemmActArgs& args) {
+  const GemmActParams& p = args.params;
+  return p.z == nullptr && p.k >= kMinLibraryActivationK && p.m >= kMinLibraryActivationM &&
+         library::cublaslt_fuses_activation(args);
+}
+
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
   Sm90Case out;
@@ -205,7 +221,10 @@ Sm90Case classify(const GemmActArgs& args) {
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if ((library_is_eager(p) || p.k > kMaxDirectK) && !forced_here()) return out;
+    if ((library_is_eager(p) || p.k > kMaxDirectK || library_epilogue_is_faster(args)) &&
+        !forced_here()) {
+      return out;
+    }
     out.route = Route::kDirect;
     out.layout = *layout;
   } else if (worth_staging(p)) {
