@@ -34,13 +34,40 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_autocast(const at::Tensor& a, const 
                  negative_slope, store_preact);
 }
 
+using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, c10::string_view, double, const at::Tensor&,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view, double,
+    double, double, bool);
+
+template <c10::DeviceType kDevice>
+std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autocast(
+    const at::Tensor& a, const at::Tensor& a_preact, c10::string_view a_activation,
+    double a_negative_slope, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& c, c10::string_view activation, double alpha, double beta,
+    double negative_slope, bool store_preact) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(
+      at::autocast::get_autocast_dispatch_key_from_device_type(kDevice));
+  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(kDevice);
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("gemm_act::gemm_act_chained", "")
+                       .typed<GemmActChainedSignature>();
+  return op.call(at::autocast::cached_cast(dtype, a, kDevice),
+                 at::autocast::cached_cast(dtype, a_preact, kDevice), a_activation,
+                 a_negative_slope, at::autocast::cached_cast(dtype, b, kDevice),
+                 at::autocast::cached_cast(dtype, bias, kDevice),
+                 at::autocast::cached_cast(dtype, c, kDevice), activation, alpha, beta,
+                 negative_slope, store_preact);
+}
+
 }  // namespace
 }  // namespace gemm_act
 
 TORCH_LIBRARY_IMPL(gemm_act, AutocastCUDA, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_autocast<c10::DeviceType::CUDA>);
+  m.impl("gemm_act_chained", &gemm_act::gemm_act_chained_autocast<c10::DeviceType::CUDA>);
 }
 
 TORCH_LIBRARY_IMPL(gemm_act, AutocastCPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_autocast<c10::DeviceType::CPU>);
+  m.impl("gemm_act_chained", &gemm_act::gemm_act_chained_autocast<c10::DeviceType::CPU>);
 }

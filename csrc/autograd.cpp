@@ -8,6 +8,7 @@
 // so torch.compile traces the backward as it traces ATen's, and sizes are
 // symbolic where they may be.
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "activations.h"
 #include "gemm_act.h"
@@ -34,6 +36,10 @@ constexpr const char* kIdentity = activation_name(Activation::None);
 using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
     const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
+using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, c10::string_view, double, const at::Tensor&,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view, double,
+    double, double, bool);
 using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
 
@@ -57,6 +63,18 @@ std::tuple<at::Tensor, at::Tensor> call_activation_backward(const at::Tensor& gr
                              .findSchemaOrThrow("gemm_act::activation_backward", "")
                              .typed<ActivationBackwardSignature>();
   return op.call(grad_y, saved, bias, activation, negative_slope);
+}
+
+std::tuple<at::Tensor, at::Tensor> call_gemm_act_chained(
+    const at::Tensor& a, const at::Tensor& a_preact, c10::string_view a_activation,
+    double a_negative_slope, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& c, c10::string_view activation, double alpha, double beta,
+    double negative_slope, bool store_preact) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gemm_act::gemm_act_chained", "")
+                             .typed<GemmActChainedSignature>();
+  return op.call(a, a_preact, a_activation, a_negative_slope, b, bias, c, activation, alpha, beta,
+                 negative_slope, store_preact);
 }
 
 // cuBLAS runs a GEMM whose rows are not 16-byte aligned (in bf16: K or N
@@ -108,6 +126,195 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
+// The pre-activation's gradient dZ and the bias's from the outputs'
+// gradients: gY through act' (the backward pass, which reduces dbias in the
+// same launch), plus Z's own gradient where Z was returned and used (or, for
+// gemm_act_chained's input, is how the next layer's gradient arrives). The
+// identity's dZ is gY itself: no pass and no copy, and dbias PyTorch's own
+// sum, as for nn.Linear. Either gradient may be undefined; so is dZ when both
+// are.
+std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at::Tensor& grad_z,
+                                              const at::Tensor& saved,
+                                              const std::optional<at::Tensor>& bias,
+                                              c10::string_view activation, double negative_slope) {
+  at::Tensor grad_pre, grad_bias;
+  if (grad_y.defined()) {
+    if (parse_activation(activation) == Activation::None) {
+      grad_pre = grad_y;
+    } else {
+      std::tie(grad_pre, grad_bias) =
+          call_activation_backward(grad_y, saved, bias, activation, negative_slope);
+    }
+  }
+  if (grad_z.defined()) {
+    grad_pre = grad_pre.defined() ? grad_pre + grad_z : grad_z;
+    grad_bias = at::Tensor();  // summed below over both
+  }
+  if (bias.has_value() && grad_pre.defined() && !grad_bias.defined()) {
+    grad_bias = at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true);
+  }
+  return {grad_pre, grad_bias};
+}
+
+// What a layer's backward saves beyond its operands: Y or Z as the
+// activation's table row says (nothing for the identity, whose dZ is gY);
+// undefined where Z was needed but not stored (then recomputed).
+at::Tensor saved_output(c10::string_view activation, const at::Tensor& y, const at::Tensor& z,
+                        bool store_preact) {
+  const Activation act = parse_activation(activation);
+  if (act == Activation::None) return at::Tensor();
+  return grad_from_output(act) ? y : (store_preact ? z : at::Tensor());
+}
+
+// The operand gradients of Y = act(alpha * a @ b + ...) from dZ: dB always
+// as alpha * a^T dZ, in b's layout; dA as alpha * dZ b^T, or, for
+// gemm_act_chained (a = a_act(a_preact), `a_saved` the Y or Z of a_act's
+// table row), d(a_preact) = act'(a_saved) * alpha * dZ b^T in one fused
+// GEMM (gemm_dact).
+struct OperandGrads {
+  at::Tensor a, b;
+};
+struct ChainedInput {
+  at::Tensor a_saved;
+  std::string activation;
+  double negative_slope = 0.01;
+};
+
+at::Tensor call_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
+                          c10::string_view activation, double alpha, double negative_slope) {
+  using Signature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               c10::string_view, double, double);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gemm_act::gemm_dact", "")
+                             .typed<Signature>();
+  return op.call(grad, b, saved, activation, alpha, negative_slope);
+}
+
+OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, const at::Tensor& b,
+                           double alpha, bool need_a, bool need_b, const ChainedInput* chained) {
+  OperandGrads out;
+  c10::SymInt rows = 1;  // M: a's leading dimensions flattened (no -1: K or N may be 0)
+  for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
+  const c10::SymInt k = b.sym_size(0), n = b.sym_size(1);
+  const bool pad = pad_for_cublas(grad_pre, rows, n, k);
+  const c10::SymInt k_run = pad ? round_up_to_16_bytes(grad_pre, k) : k;
+  const c10::SymInt n_run = pad ? round_up_to_16_bytes(grad_pre, n) : n;
+  const at::Tensor grad_pre_2d = pad_to(grad_pre.reshape_symint({rows, n}), rows, n_run);
+  if (need_a && chained != nullptr && !pad) {
+    const at::Tensor saved_2d = chained->a_saved.reshape_symint({rows, k});
+    out.a = call_gemm_dact(grad_pre_2d, b.t(), saved_2d, chained->activation, alpha,
+                           chained->negative_slope)
+                .reshape_symint(a.sym_sizes());
+  } else if (need_a) {
+    const at::Tensor grad_a = grad_pre_2d.mm(pad_to(b, k_run, n_run).t());  // [M, k_run]
+    out.a = grad_a.narrow_symint(1, 0, k).reshape_symint(a.sym_sizes());
+    if (alpha != 1.0) out.a = out.a * alpha;
+    if (chained != nullptr) {
+      out.a = std::get<0>(call_activation_backward(out.a, chained->a_saved, std::nullopt,
+                                                   chained->activation, chained->negative_slope));
+    }
+  }
+  if (need_b) {
+    // dB in b's own layout: for b = weight.t() (K contiguous), dB^T = dZ^T A
+    // row-major, whose transpose the autograd of .t() turns back into a
+    // gradient laid out like the weight, which AccumulateGrad then keeps
+    // as it is instead of copying it into the weight's strides.
+    const at::Tensor a_2d = pad_to(a.reshape_symint({rows, k}), rows, k_run);
+    if (b.sym_stride(0) == 1 && b.sym_stride(1) != 1) {
+      const at::Tensor grad_bt = grad_pre_2d.t().mm(a_2d);  // [n_run, k_run]
+      out.b = grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k).t();
+    } else {
+      const at::Tensor grad_b = a_2d.t().mm(grad_pre_2d);  // [k_run, n_run]
+      out.b = grad_b.narrow_symint(0, 0, k).narrow_symint(1, 0, n);
+    }
+    if (alpha != 1.0) out.b = out.b * alpha;
+  }
+  return out;
+}
+
+// What both autograd functions keep of the gemm_act they ran.
+void save_layer(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
+                c10::string_view activation, double alpha, double beta, double negative_slope,
+                bool store_preact, const at::Tensor& y, const at::Tensor& z,
+                const at::Tensor& extra = at::Tensor()) {
+  const at::Tensor saved = saved_output(activation, y, z, store_preact);
+  const bool recompute = !saved.defined() && parse_activation(activation) != Activation::None;
+  // c is kept only for the rare recomputation of Z in backward (a reference, no copy).
+  ctx->save_for_backward({a, b, saved, bias.value_or(at::Tensor()),
+                          recompute ? c.value_or(at::Tensor()) : at::Tensor(), extra});
+  ctx->saved_data["activation"] = std::string(activation);
+  ctx->saved_data["alpha"] = alpha;
+  ctx->saved_data["beta"] = beta;
+  ctx->saved_data["negative_slope"] = negative_slope;
+  ctx->saved_data["store_preact"] = store_preact;
+  ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+  ctx->saved_data["has_c"] = c.has_value() && c->defined();
+  if (!store_preact) ctx->mark_non_differentiable({z});  // an empty placeholder
+  // An output that received no gradient (Z, unless the user asked for it
+  // and used it) arrives undefined instead of as zeros, which would cost a
+  // fill, a dZ pass and an add as large as Y.
+  ctx->set_materialize_grads(false);
+}
+
+// Where a function's operands are: `pos` among the forward's arguments (the
+// gradients it returns, one per argument; bias and c follow b), `edge`
+// among its tensor arguments present (what needs_input_grad counts).
+struct OperandPlaces {
+  size_t a_pos, b_pos, num_args;
+  size_t a_edge, b_edge;
+};
+
+// The backward both functions share, given `places`; `grads` by reference, so that
+// moving the incoming gradients out lets them be freed as soon as dZ exists,
+// before the GEMMs (eager's activation node frees gY there too; holding it
+// raised a training step's peak memory by gY's size).
+variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const OperandPlaces& places,
+                             const ChainedInput* chained) {
+  const variable_list saved_vars = ctx->get_saved_variables();
+  const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
+  at::Tensor saved = saved_vars[2];
+  const std::string activation = ctx->saved_data["activation"].toStringRef();
+  const double alpha = ctx->saved_data["alpha"].toDouble();
+  const double beta = ctx->saved_data["beta"].toDouble();
+  const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
+  const bool has_bias = ctx->saved_data["has_bias"].toBool();
+  const bool has_c = ctx->saved_data["has_c"].toBool();
+  const size_t bias_edge = places.b_edge + 1;
+  const size_t c_edge = has_bias ? places.b_edge + 2 : places.b_edge + 1;
+  const bool need_a = ctx->needs_input_grad(places.a_edge);
+  const bool need_b = ctx->needs_input_grad(places.b_edge);
+  const bool need_bias = has_bias && ctx->needs_input_grad(bias_edge);
+  const bool need_c = has_c && ctx->needs_input_grad(c_edge);
+
+  at::Tensor grad_y = std::move(grads[0]);
+  at::Tensor grad_z = std::move(grads[1]);
+  grads.clear();
+  if (!ctx->saved_data["store_preact"].toBool()) grad_z = at::Tensor();  // the placeholder's
+  if (grad_y.defined() && !saved.defined() && parse_activation(activation) != Activation::None) {
+    // The op was called directly with store_preact=False for an activation
+    // whose derivative needs Z (gemm_act() never does this): recompute Z.
+    saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), kIdentity, alpha,
+                                      beta, 0.0, false));
+  }
+  auto [grad_pre, grad_bias] =
+      preact_grad(grad_y, grad_z, saved, need_bias ? if_defined(bias) : std::nullopt, activation,
+                  negative_slope);
+  grad_y.reset();
+  grad_z.reset();
+  saved.reset();
+
+  variable_list out(places.num_args);  // one per forward argument; undefined: no gradient
+  if (!grad_pre.defined()) return out;  // neither output received a gradient
+  OperandGrads operands = operand_grads(grad_pre, a, b, alpha, need_a, need_b, chained);
+  out[places.a_pos] = std::move(operands.a);
+  out[places.b_pos] = std::move(operands.b);
+  if (need_bias) out[places.b_pos + 1] = grad_bias;
+  if (need_c) out[places.b_pos + 2] = grad_pre * beta;
+  // Grad mode is on here only under create_graph=True.
+  return at::GradMode::is_enabled() ? once_differentiable(std::move(out)) : out;
+}
+
 // One forward argument per schema argument, in schema order; backward
 // returns a gradient (or an undefined tensor) for each.
 struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
@@ -118,113 +325,45 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [y, z] = call_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
     // The call above has validated every argument, the activation's name included.
-    const bool from_output = grad_from_output(parse_activation(activation));
-    const at::Tensor saved = from_output ? y : (store_preact ? z : at::Tensor());
-    // c is kept only for the rare recomputation of Z in backward (a reference, no copy).
-    ctx->save_for_backward({a, b, saved, bias.value_or(at::Tensor()),
-                            saved.defined() ? at::Tensor() : c.value_or(at::Tensor())});
-    ctx->saved_data["activation"] = std::string(activation);
-    ctx->saved_data["alpha"] = alpha;
-    ctx->saved_data["beta"] = beta;
-    ctx->saved_data["negative_slope"] = negative_slope;
-    ctx->saved_data["store_preact"] = store_preact;
-    // Which of the tensor arguments are present: the context numbers its
-    // input gradients over those only.
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    ctx->saved_data["has_c"] = c.has_value() && c->defined();
-    if (!store_preact) ctx->mark_non_differentiable({z});  // an empty placeholder
-    // An output that received no gradient (Z, unless the user asked for it
-    // and used it) arrives undefined instead of as zeros, which would cost a
-    // fill, a dZ pass and an add as large as Y.
-    ctx->set_materialize_grads(false);
+    save_layer(ctx, a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, y, z);
     return {y, z};
   }
 
-  // `grads` by reference: the autograd node holds the only other reference
-  // to the incoming gradients, so moving them out here lets them be freed
-  // as soon as dZ exists, before the two GEMMs (eager's activation node
-  // frees gY at that point too; holding it raised the peak memory of a
-  // training step by gY's size).
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
-    const variable_list saved_vars = ctx->get_saved_variables();
-    const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
-    at::Tensor saved = saved_vars[2];
-    const std::string activation = ctx->saved_data["activation"].toStringRef();
-    const double alpha = ctx->saved_data["alpha"].toDouble();
-    const double beta = ctx->saved_data["beta"].toDouble();
-    const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
-    const bool store_preact = ctx->saved_data["store_preact"].toBool();
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const bool has_c = ctx->saved_data["has_c"].toBool();
-    const size_t bias_edge = 2, c_edge = has_bias ? 3 : 2;
-    const bool need_a = ctx->needs_input_grad(0), need_b = ctx->needs_input_grad(1);
-    const bool need_bias = has_bias && ctx->needs_input_grad(bias_edge);
-    const bool need_c = has_c && ctx->needs_input_grad(c_edge);
+    // Arguments a, b, bias, c, then non-tensors.
+    return layer_backward(ctx, grads, {0, 1, 9, 0, 1}, nullptr);
+  }
+};
 
-    at::Tensor grad_y = std::move(grads[0]);
-    at::Tensor grad_z = std::move(grads[1]);
-    grads.clear();
-    const std::optional<at::Tensor> bias_for_grad = need_bias ? if_defined(bias) : std::nullopt;
-    at::Tensor grad_pre, grad_bias;
-    if (grad_y.defined()) {
-      if (!saved.defined()) {
-        // The op was called directly with store_preact=False for an activation
-        // whose derivative needs Z (gemm_act() never does this): recompute Z.
-        saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), kIdentity, alpha,
-                                          beta, 0.0, false));
-      }
-      std::tie(grad_pre, grad_bias) =
-          call_activation_backward(grad_y, saved, bias_for_grad, activation, negative_slope);
-    }
-    if (grad_z.defined() && store_preact) {
-      // Z was returned to the user and used: its gradient adds to dZ (and dbias).
-      auto [grad_pre_z, grad_bias_z] =
-          call_activation_backward(grad_z, grad_z, bias_for_grad, kIdentity, 0.0);
-      if (!grad_pre.defined()) {
-        grad_pre = grad_pre_z;
-        grad_bias = grad_bias_z;
-      } else {
-        grad_pre = grad_pre + grad_pre_z;
-        if (need_bias) grad_bias = grad_bias + grad_bias_z;
-      }
-    }
+// gemm_act_chained: gemm_act of a = a_act(a_preact), whose gradient goes to
+// a_preact through the fused gemm_dact (a itself gets none: the caller
+// guarantees a is a_act(a_preact), a cache of it). Arguments: a, a_preact,
+// a_activation, a_negative_slope, then gemm_act's from b on.
+struct GemmActChainedFunction : public torch::autograd::Function<GemmActChainedFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& a_preact,
+                               c10::string_view a_activation, double a_negative_slope,
+                               const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                               const std::optional<at::Tensor>& c, c10::string_view activation,
+                               double alpha, double beta, double negative_slope, bool store_preact) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [y, z] = call_gemm_act_chained(a, a_preact, a_activation, a_negative_slope, b, bias, c,
+                                        activation, alpha, beta, negative_slope, store_preact);
+    const Activation a_act = parse_activation(a_activation);
+    save_layer(ctx, a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, y, z,
+               grad_from_output(a_act) ? a : a_preact);
+    ctx->saved_data["a_activation"] = std::string(a_activation);
+    ctx->saved_data["a_negative_slope"] = a_negative_slope;
+    return {y, z};
+  }
 
-    grad_y.reset();
-    grad_z.reset();
-
-    variable_list out(9);  // one per forward argument; undefined: no gradient
-    if (!grad_pre.defined()) return out;  // neither output received a gradient
-    c10::SymInt rows = 1;  // M: a's leading dimensions flattened (no -1: K or N may be 0)
-    for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
-    const c10::SymInt k = b.sym_size(0), n = b.sym_size(1);
-    const bool pad = pad_for_cublas(grad_pre, rows, n, k);
-    const c10::SymInt k_run = pad ? round_up_to_16_bytes(grad_pre, k) : k;
-    const c10::SymInt n_run = pad ? round_up_to_16_bytes(grad_pre, n) : n;
-    const at::Tensor grad_pre_2d = pad_to(grad_pre.reshape_symint({rows, n}), rows, n_run);
-    if (need_a) {
-      const at::Tensor grad_a = grad_pre_2d.mm(pad_to(b, k_run, n_run).t());  // [M, k_run]
-      out[0] = grad_a.narrow_symint(1, 0, k).reshape_symint(a.sym_sizes());
-      if (alpha != 1.0) out[0] = out[0] * alpha;
-    }
-    if (need_b) {
-      // dB in b's own layout: for b = weight.t() (K contiguous), dB^T = dZ^T A
-      // row-major, whose transpose the autograd of .t() turns back into a
-      // gradient laid out like the weight, which AccumulateGrad then keeps
-      // as it is instead of copying it into the weight's strides.
-      const at::Tensor a_2d = pad_to(a.reshape_symint({rows, k}), rows, k_run);
-      if (b.sym_stride(0) == 1 && b.sym_stride(1) != 1) {
-        const at::Tensor grad_bt = grad_pre_2d.t().mm(a_2d);  // [n_run, k_run]
-        out[1] = grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k).t();
-      } else {
-        const at::Tensor grad_b = a_2d.t().mm(grad_pre_2d);  // [k_run, n_run]
-        out[1] = grad_b.narrow_symint(0, 0, k).narrow_symint(1, 0, n);
-      }
-      if (alpha != 1.0) out[1] = out[1] * alpha;
-    }
-    if (need_bias) out[2] = grad_bias;
-    if (need_c) out[3] = grad_pre * beta;
-    // Grad mode is on here only under create_graph=True.
-    return at::GradMode::is_enabled() ? once_differentiable(std::move(out)) : out;
+  static variable_list backward(AutogradContext* ctx, variable_list& grads) {
+    ChainedInput chained;
+    chained.a_saved = ctx->get_saved_variables()[5];
+    chained.activation = ctx->saved_data["a_activation"].toStringRef();
+    chained.negative_slope = ctx->saved_data["a_negative_slope"].toDouble();
+    // Arguments a, a_preact, two non-tensors, b, bias, c, then non-tensors:
+    // a_preact takes the gradient a would have had; a none.
+    return layer_backward(ctx, grads, {1, 4, 12, 1, 2}, &chained);
   }
 };
 
@@ -239,9 +378,21 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_autograd(const at::Tensor& a, const 
   return {out[0], out[1]};
 }
 
+std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autograd(
+    const at::Tensor& a, const at::Tensor& a_preact, c10::string_view a_activation,
+    double a_negative_slope, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& c, c10::string_view activation, double alpha, double beta,
+    double negative_slope, bool store_preact) {
+  const variable_list out =
+      GemmActChainedFunction::apply(a, a_preact, a_activation, a_negative_slope, b, bias, c,
+                                    activation, alpha, beta, negative_slope, store_preact);
+  return {out[0], out[1]};
+}
+
 }  // namespace
 }  // namespace gemm_act
 
 TORCH_LIBRARY_IMPL(gemm_act, Autograd, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_autograd);
+  m.impl("gemm_act_chained", &gemm_act::gemm_act_chained_autograd);
 }

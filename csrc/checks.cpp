@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "activations.h"
 #include "testing.h"
@@ -189,6 +190,31 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_outputs(const GemmActArgs& args) {
   const at::Tensor z =
       args.z.defined() ? args.z.view(args.out_sizes) : at::empty({0}, args.y.options());
   return {args.y.view(args.out_sizes), z};
+}
+
+GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
+                              std::string_view activation, double alpha, double negative_slope) {
+  check_floating(grad, "grad");
+  check_like(saved, grad, "saved", "grad");
+  TORCH_CHECK_VALUE(b.dim() == 2 && grad.dim() >= 1,
+                    "gemm_dact: grad must be [..., K] and b [K, N], got grad ", shape_str(grad.sizes()),
+                    " and b ", shape_str(b.sizes()));
+  std::vector<int64_t> expected(grad.sizes().begin(), grad.sizes().end() - 1);
+  expected.push_back(b.size(1));
+  TORCH_CHECK_VALUE(saved.sizes() == at::IntArrayRef(expected), "gemm_dact: saved must have the shape of grad @ b, ",
+                    shape_str(expected), ", got ", shape_str(saved.sizes()));
+  // saved takes C's place (beta = 1 makes the checks keep it); the backends
+  // read it as act'(saved), never add it.
+  return prepare_gemm_act(grad, b, std::nullopt, saved, activation, alpha, /*beta=*/1.0,
+                          negative_slope, /*store_preact=*/false);
+}
+
+void check_chained_input(const at::Tensor& a, const at::Tensor& a_preact,
+                         std::string_view a_activation, double a_negative_slope) {
+  check_negative_slope(parse_activation(a_activation), a_negative_slope);
+  check_like(a_preact, a, "a_preact", "a");
+  TORCH_CHECK_VALUE(a_preact.sizes() == a.sizes(), "gemm_act_chained: a_preact must have a's shape ",
+                    shape_str(a.sizes()), ", got ", shape_str(a_preact.sizes()));
 }
 
 ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,

@@ -32,6 +32,15 @@ GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
 // What gemm_act returns once the backend has run: (Y, Z), Z empty when not stored.
 std::tuple<at::Tensor, at::Tensor> gemm_act_outputs(const GemmActArgs& args);
 
+// Validates gemm_dact's inputs (saved must have the shape of grad @ b) and
+// allocates dA: the arguments as gemm_act's with a = grad and C = saved.
+GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
+                              std::string_view activation, double alpha, double negative_slope);
+
+// Validates what gemm_act_chained adds to gemm_act's arguments.
+void check_chained_input(const at::Tensor& a, const at::Tensor& a_preact,
+                         std::string_view a_activation, double a_negative_slope);
+
 // Validates activation_backward's inputs and allocates dZ (and dbias).
 ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
                                                    const at::Tensor& saved,
@@ -65,6 +74,15 @@ std::string explain_impl(const at::Tensor& a, const at::Tensor& b,
                          double negative_slope, bool store_preact) {
   return Plan(prepare_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
                                store_preact));
+}
+
+// The gemm_dact operator of a backend whose kernel is `Run`.
+template <void (*Run)(const GemmActArgs&)>
+at::Tensor gemm_dact_impl(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
+                          c10::string_view activation, double alpha, double negative_slope) {
+  const GemmActArgs args = prepare_gemm_dact(grad, b, saved, activation, alpha, negative_slope);
+  if (args.params.m > 0 && args.params.n > 0) Run(args);
+  return args.y.view(args.out_sizes);
 }
 
 // The activation_backward operator of a backend whose kernel is `Run`.

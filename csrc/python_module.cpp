@@ -97,17 +97,17 @@ PyObject* cuda_arch_list(PyObject*, PyObject*) {
 #endif
 }
 
-// ((family, name, dtype, b_layout, stores_z), ...): every compiled kernel
-// configuration of the tensor-core families.
+// ((family, name, dtype, b_layout, stores_z, op), ...): every compiled
+// kernel configuration of the tensor-core families.
 PyObject* kernels(PyObject*, PyObject*) {
 #ifdef GEMM_ACT_WITH_CUDA
   const std::vector<KernelInfo> infos = compiled_kernels();
   PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(infos.size()));
   for (size_t i = 0; i < infos.size(); ++i) {
     const KernelInfo& k = infos[i];
-    PyTuple_SET_ITEM(out, i, Py_BuildValue("(ssssO)", k.family.c_str(), k.name.c_str(),
+    PyTuple_SET_ITEM(out, i, Py_BuildValue("(ssssOs)", k.family.c_str(), k.name.c_str(),
                                            k.dtype.c_str(), k.b_layout.c_str(),
-                                           k.stores_z ? Py_True : Py_False));
+                                           k.stores_z ? Py_True : Py_False, k.op.c_str()));
   }
   return out;
 #else

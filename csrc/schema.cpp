@@ -1,6 +1,6 @@
 // The operators' schema, declared once. Each backend registers its
 // implementation in a file of its own: cpu/register_cpu.cpp,
-// cuda/register_cuda.cpp, autocast.cpp, autograd.cpp; the fake (meta)
+// cuda/register_cuda.cpp, chained.cpp, autocast.cpp, autograd.cpp; the fake (meta)
 // kernels are Python (torch_gemm_act/ops.py).
 #include <torch/library.h>
 
@@ -15,6 +15,21 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def(
       "activation_backward(Tensor grad_y, Tensor saved, Tensor? bias, str activation, "
       "float negative_slope) -> (Tensor, Tensor)");
+  // act'(saved) * (alpha * grad @ b): the gradient of a GEMM's input a =
+  // act(Z) with respect to Z, in one GEMM where a backend fuses it (saved is
+  // Y or Z as the activation's table row says). The backward of
+  // gemm_act_chained; not itself differentiable.
+  m.def(
+      "gemm_dact(Tensor grad, Tensor b, Tensor saved, str activation, float alpha, "
+      "float negative_slope) -> Tensor");
+  // gemm_act of a = a_activation(a_preact), a being that value already (the
+  // layer before's Y, its Z being a_preact): the same outputs as gemm_act,
+  // while the gradient goes to a_preact (through gemm_dact) and not to a.
+  // The MLP backward fused across layers (torch_gemm_act.mlp, fuse_linear_act).
+  m.def(
+      "gemm_act_chained(Tensor a, Tensor a_preact, str a_activation, float a_negative_slope, "
+      "Tensor b, Tensor? bias, Tensor? c, str activation, float alpha, float beta, "
+      "float negative_slope, bool store_preact) -> (Tensor, Tensor)");
   // What gemm_act would run for these arguments (backend, kernel), computing
   // nothing: torch_gemm_act.explain.
   m.def(

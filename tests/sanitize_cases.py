@@ -84,6 +84,16 @@ def run_cases(only_bf16_weight_t, small):
             tga.gemm_act(a, w.t(), bias, cc, activation=act, beta=0.0 if cc is None else 0.5,
                          return_preact=preact)
             count += 1
+    # gemm_dact (the chained MLP backward): the sm90 dact kernel on aligned
+    # operands with ragged tiles, both B layouts; the GEMM and pass elsewhere.
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, k, n in ((136, 136, 200), (129, 72, 136), (17, 24, 40), (17, 17, 17)):
+            grad = torch.randn(m, k, device=dev, dtype=dtype)
+            w = torch.randn(k, n, device=dev, dtype=dtype)
+            saved = torch.randn(m, n, device=dev, dtype=dtype)
+            for b, act in ((w, "gelu"), (w.t().contiguous().t(), "relu")):
+                torch.ops.gemm_act.gemm_dact(grad, b, saved, act, 1.0, 0.01)
+                count += 1
     if small:
         return count
     # Strided / unaligned views.

@@ -78,7 +78,9 @@ def test_compiled_fused_model_does_not_recompile_across_batch_sizes(device):
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
                                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
-    assert sum(isinstance(m, tga.LinearAct) for m in fused.modules()) == 2
+    # Two pairs, each chained to the Linear after it (a LinearAct "none").
+    assert [m.activation for m in fused.modules() if isinstance(m, tga.LinearAct)] == \
+        ["gelu", "none", "relu", "none"]
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
     compiled_after_first = None

@@ -1,5 +1,6 @@
 """LinearAct looks and initialises like nn.Linear; fuse_linear_act keeps outputs."""
 
+import copy
 import pytest
 import torch
 from torch import nn
@@ -62,10 +63,40 @@ def test_fuse_linear_act_keeps_outputs(device):
     returned = tga.fuse_linear_act(model)
     assert returned is model
     kinds = [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)]
-    assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid"]
-    assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 2
+    # The Linear after Sigmoid becomes the second layer of a chain ("none").
+    assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid", "none"]
+    assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 1
     assert set(model.state_dict()) == keys
     assert_close(model(x), expected, torch.float64)
+
+
+def test_fuse_linear_act_chains_mlp_layers(device):
+    """Linear -> act -> Linear: the two fused layers are chained (their
+    backward fused across them), and training computes what the unfused
+    model does, gradients included."""
+    model = _mlp().to(device).double()
+    reference = copy.deepcopy(model)
+    _, report = tga.fuse_linear_act(model, report=True)
+    assert sorted(report.chained) == [("0", "2"), ("4.0", "4.2"), ("5", "7"), ("7", "9"), ("9", "11")]
+    assert "chained 0 -> 2" in str(report)
+    x = torch.randn(5, 8, dtype=torch.float64, device=device, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    grad = torch.randn(5, 4, dtype=torch.float64, device=device)
+    nodes = []
+    model[11].register_forward_hook(
+        lambda m, args, out: nodes.append(out.grad_fn.name() if out.grad_fn else None))
+    model(x).backward(grad)
+    assert "GemmActChainedFunction" in nodes[0]
+    with torch.no_grad():  # nothing to differentiate: each layer alone, nothing published
+        model(x)
+    assert nodes[1] is None and model[9]._chain_out.y is None
+    reference(x_ref).backward(grad)
+    assert_close(x.grad, x_ref.grad, torch.float64)
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert_close(p.grad, p_ref.grad, torch.float64), name
+    # A deep copy gets links of its own, empty.
+    clone = copy.deepcopy(model)
+    assert clone[0]._chain_out is clone[2]._chain_in and clone[0]._chain_out is not model[0]._chain_out
 
 
 def test_mlp_trains_like_nn_linear():

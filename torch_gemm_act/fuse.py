@@ -19,7 +19,8 @@ import logging
 import torch.fx
 from torch import nn
 
-from .activations import ACTIVATION_MODULES, from_module, qualified_class_name
+from .activations import ACTIVATION_MODULES, IDENTITY, from_module, qualified_class_name
+from .chain import ChainLink
 from .modules import Conv1DAct, LinearAct
 
 _log = logging.getLogger(__name__)
@@ -40,10 +41,15 @@ class FusionReport:
     # Linears whose forward hooks (a tensor-parallel plan's, say) now run on
     # the fused module: a forward hook there sees the activation's output.
     hooks_moved: list = dataclasses.field(default_factory=list)
+    # (first, second): a fused pair whose output feeds only the second
+    # Linear; their backward is fused across the two (torch_gemm_act.chain).
+    chained: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
         lines = [f"fuse_linear_act: fused {len(self.fused)} pair(s), left {len(self.left)}"]
         lines += [f"  fused {lin} -> {act} ({name})" for lin, act, name in self.fused]
+        lines += [f"  chained {first} -> {second} (backward fused across them)"
+                  for first, second in self.chained]
         lines += [f"  left  {path}: {why}" for path, why in self.left]
         lines += [f"  hooks of {path} moved to its fused module" for path in self.hooks_moved]
         return "\n".join(lines)
@@ -104,6 +110,7 @@ def _fuse_children(path, parent, result):
     for node in graph.nodes:
         if node.op == "call_module":
             calls.setdefault(node.target, []).append(node)
+    fused_pairs = []
     for act_name in sorted(acts):
         for act_node in calls.get(act_name, []):
             source = act_node.args[0] if act_node.args else None
@@ -123,6 +130,33 @@ def _fuse_children(path, parent, result):
             parent._modules[source.target] = fused
             parent._modules[act_name] = nn.Identity()
             result.fused.append((lin_path, act_path, activation))
+            fused_pairs.append((source.target, act_node))
+    for first, act_node in fused_pairs:
+        _chain(path, parent, first, act_node, calls, result)
+
+
+def _chain(path, parent, first, act_node, calls, result):
+    """Links the fused pair `first` to the Linear its activation's output
+    feeds, where it feeds that Linear alone and nothing else."""
+    if len(act_node.users) != 1:
+        return
+    (node,) = act_node.users
+    if node.op != "call_module" or node.args != (act_node,) or node.kwargs or len(calls.get(node.target, ())) != 1:
+        return
+    second = parent._modules[node.target]
+    if not isinstance(second, (LinearAct, Conv1DAct)):
+        kind = _linear_kind(second)
+        if kind is None:
+            return
+        fused = (LinearAct.from_linear(second, IDENTITY) if kind == "linear"
+                 else Conv1DAct.from_conv1d(second, IDENTITY))
+        if _move_forward_hooks(second, fused):
+            result.hooks_moved.append(_join(path, node.target))
+        parent._modules[node.target] = second = fused
+    link = ChainLink()
+    parent._modules[first]._chain_out = link
+    second._chain_in = link
+    result.chained.append((_join(path, first), _join(path, node.target)))
 
 
 _FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",

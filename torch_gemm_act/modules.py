@@ -5,17 +5,29 @@ import torch
 from torch import nn
 
 from .activations import GELU, USES_SLOPE, check_activation
-from .functional import gemm_act, linear_act
+from .chain import chained_gemm
+from .functional import gemm_act
 
 
 class _WithActivation(nn.Module):
-    """What the fused modules share: their activation, checked once."""
+    """What the fused modules share: their activation, checked once, and the
+    links fuse_linear_act may give them to the layer before and after
+    (torch_gemm_act.chain: the MLP backward fused across layers)."""
 
     def __init__(self, activation, negative_slope):
         super().__init__()
         check_activation(activation, negative_slope)
         self.activation = activation
         self.negative_slope = float(negative_slope)
+
+    _chain_in = None   # ChainLink from the layer whose output this one takes
+    _chain_out = None  # ChainLink to the layer that takes this one's output
+
+    def _gemm(self, x, b, bias):
+        if self._chain_in is None and self._chain_out is None:
+            return gemm_act(x, b, bias, activation=self.activation, negative_slope=self.negative_slope)
+        return chained_gemm(x, b, bias, self.activation, self.negative_slope, self._chain_in,
+                            self._chain_out)
 
     def _activation_repr(self):
         text = f"activation={self.activation!r}"
@@ -64,7 +76,7 @@ class LinearAct(_WithActivation):
         return module
 
     def forward(self, x):
-        return linear_act(x, self.weight, self.bias, self.activation, self.negative_slope)
+        return self._gemm(x, self.weight.t(), self.bias)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -105,8 +117,7 @@ class Conv1DAct(_WithActivation):
 
     def forward(self, x):
         # weight is [K, N] already: the GEMM's B without a transpose.
-        return gemm_act(x, self.weight, self.bias, activation=self.activation,
-                        negative_slope=self.negative_slope)
+        return self._gemm(x, self.weight, self.bias)
 
     def extra_repr(self):
         return f"nf={self.nf}, nx={self.nx}, {self._activation_repr()}"

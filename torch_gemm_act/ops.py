@@ -8,6 +8,8 @@ from . import _C  # noqa: F401  (loading it registers the operators)
 gemm_act_op = torch.ops.gemm_act.gemm_act.default
 activation_backward_op = torch.ops.gemm_act.activation_backward.default
 explain_op = torch.ops.gemm_act.explain.default
+gemm_dact_op = torch.ops.gemm_act.gemm_dact.default
+gemm_act_chained_op = torch.ops.gemm_act.gemm_act_chained.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")
@@ -29,3 +31,18 @@ def _activation_backward_fake(grad_y, saved, bias, activation, negative_slope):
     torch._check(saved.shape == grad_y.shape, lambda: "gemm_act: saved must have grad_y's shape")
     grad_bias = grad_y.new_empty(bias.shape) if bias is not None else grad_y.new_empty(0)
     return torch.empty_like(grad_y, memory_format=torch.contiguous_format), grad_bias
+
+
+@torch.library.register_fake("gemm_act::gemm_dact")
+def _gemm_dact_fake(grad, b, saved, activation, alpha, negative_slope):
+    torch._check(b.dim() == 2, lambda: f"gemm_dact: b must be 2-D [K, N], got {tuple(b.shape)}")
+    out_shape = (*grad.shape[:-1], b.shape[1])
+    torch._check(tuple(saved.shape) == out_shape, lambda: "gemm_dact: saved must have the shape of grad @ b")
+    return grad.new_empty(out_shape)
+
+
+@torch.library.register_fake("gemm_act::gemm_act_chained")
+def _gemm_act_chained_fake(a, a_preact, a_activation, a_negative_slope, b, bias, c, activation, alpha,
+                           beta, negative_slope, store_preact):
+    torch._check(a_preact.shape == a.shape, lambda: "gemm_act_chained: a_preact must have a's shape")
+    return _gemm_act_fake(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact)

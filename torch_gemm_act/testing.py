@@ -25,11 +25,13 @@ def cuda_backends():
     return _C.cuda_backends()
 
 
-def kernels(family=None):
+def kernels(family=None, op="gemm_act"):
     """The kernel configurations this build compiled: a tuple of dicts with
-    family, name, dtype, b_layout and stores_z, from the families' tables."""
-    rows = (dict(zip(("family", "name", "dtype", "b_layout", "stores_z"), k)) for k in _C.kernels())
-    return tuple(r for r in rows if family is None or r["family"] == family)
+    family, name, dtype, b_layout, stores_z and op, from the families' tables.
+    ``op``: the operator they compute ("gemm_act", "gemm_dact"; None: any)."""
+    rows = (dict(zip(("family", "name", "dtype", "b_layout", "stores_z", "op"), k)) for k in _C.kernels())
+    return tuple(r for r in rows if (family is None or r["family"] == family) and
+                 (op is None or r["op"] == op))
 
 
 @contextlib.contextmanager
@@ -40,7 +42,7 @@ def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, poison_ou
         raise ValueError(f"no CUDA backend {cuda_backend!r} in this build; expected one of "
                          f"{', '.join(cuda_backends()) or '(none: a CPU-only build)'}")
     for family, kernel in (("sm90", sm90_kernel), ("sm80", sm80_kernel)):
-        names = sorted({k["name"] for k in kernels(family)})
+        names = sorted({k["name"] for k in kernels(family, op=None)})
         if kernel is not None and kernel not in names:
             raise ValueError(f"no {family} kernel configuration {kernel!r} in this build; expected one "
                              f"of {', '.join(names) or '(none)'}")

@@ -4,6 +4,7 @@
 
 #include "checks.h"
 #include "cpu/cpu_backend.h"
+#include "dact_unfused.h"
 
 namespace gemm_act {
 namespace {
@@ -19,5 +20,7 @@ std::string plan_cpu(const GemmActArgs& args) {
 TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cpu>);
   m.impl("activation_backward", &gemm_act::activation_backward_impl<gemm_act::activation_backward_cpu>);
+  m.impl("gemm_dact",
+         &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_unfused<gemm_act::activation_backward_cpu>>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);
 }

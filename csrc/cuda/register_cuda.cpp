@@ -38,6 +38,7 @@
 #include "cuda/cuda_backends.h"
 #include "cuda/library/library_backend.h"
 #include "cuda/simt/simt_backend.h"
+#include "dact_unfused.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
 #endif
@@ -109,6 +110,25 @@ std::string plan_cuda(const GemmActArgs& args) {
   return "no CUDA backend can run this case";
 }
 
+// gemm_dact: the sm90 family's fused kernel where the rule starts at sm90 and
+// it takes the case, else the GEMM and the backward pass in place.
+void gemm_dact_cuda(const GemmActArgs& args) {
+  const c10::cuda::CUDAGuard device_guard(args.y.device());
+  check_device_supported(args.y.get_device());
+  const GemmActParams& p = args.params;
+  char label[192];
+  std::snprintf(label, sizeof(label), "gemm_dact M=%" PRId64 " K=%" PRId64 " N=%" PRId64 " %s %s",
+                p.m, p.k, p.n, c10::toString(args.y.scalar_type()), activation_name(p.activation));
+  const NvtxRange range(label);
+#ifdef GEMM_ACT_WITH_SM90
+  if (std::string(first_backend()->name) == "sm90" &&
+      sm90::try_gemm_dact(args, c10::cuda::getCurrentCUDAStream())) {
+    return;
+  }
+#endif
+  gemm_dact_unfused<activation_backward_cuda>(args);
+}
+
 void activation_backward_checked(const ActivationBackwardArgs& args) {
   check_device_supported(args.grad_y.get_device());
   activation_backward_cuda(args);
@@ -139,5 +159,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cuda>);
   m.impl("activation_backward",
          &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
+  m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
 }

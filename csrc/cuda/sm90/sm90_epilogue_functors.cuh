@@ -1,4 +1,4 @@
-// The per-element computation of the sm90 epilogue, as compute functors for
+// The per-element computation of the sm90 epilogues, as compute functors for
 // CUTLASS's visitor tree (fusion::Sm90Compute instantiates Fn<float> to find
 // Fn::Arguments, the run-time parameters passed to every call, and calls
 // Fn<Array<float, N>> on fragments). Both only adapt the project's formulas:
@@ -51,6 +51,33 @@ struct ActEpilogue {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) y[i] = activate<kAct, Element>(z[i], args.negative_slope);
       return y;
+    }
+  };
+};
+
+struct DactArguments {
+  float alpha = 1.0f;
+  float negative_slope = 0.01f;
+};
+
+// dA = act'(saved) * alpha * acc: the input gradient of a GEMM whose input
+// was act(Z), with `saved` Y or Z as the activation's table row says.
+template <Activation kAct>
+struct DactEpilogue {
+  template <class T>
+  struct Fn {
+    using Arguments = DactArguments;
+
+    template <int N>
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& acc,
+                                                       cutlass::Array<float, N> const& saved,
+                                                       Arguments const& args) const {
+      cutlass::Array<float, N> out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) {
+        out[i] = args.alpha * acc[i] * Act<kAct>::grad(saved[i], args.negative_slope);
+      }
+      return out;
     }
   };
 };

@@ -93,6 +93,22 @@ LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation
   return result;
 }
 
+// Runs gemm_dact kernel (config, dtype, layout, act) if this build compiled it.
+LaunchResult launch_dact(KernelConfig config, Dtype dtype, BLayout layout, Activation act,
+                         const LaunchArgs& la) {
+  LaunchResult result{LaunchStatus::kUnknownConfig, cudaSuccess,
+                      "the configuration is not compiled for this dtype and B layout"};
+#define GEMM_ACT_SM90_DACT_CASE(C, D, L)                                                      \
+  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {               \
+    GEMM_ACT_DISPATCH_ACTIVATION(                                                             \
+        act, result = launch_dact_kernel<KernelConfig::C, Dtype::D, BLayout::L, kAct>(la));  \
+    return result;                                                                            \
+  }
+  GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_DACT_CASE)
+#undef GEMM_ACT_SM90_DACT_CASE
+  return result;
+}
+
 // The configuration named `name` (the testing switch's sm90_kernel).
 KernelConfig config_named(const std::string& name) {
   std::string known;
@@ -139,7 +155,11 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   choose_launch(p, dtype, layout, la);
   if (testing::active()) {
     const std::string forced = testing::overrides().sm90_kernel;
-    if (!forced.empty()) la.config = config_named(forced);
+    if (!forced.empty()) {
+      la.config = config_named(forced);
+      TORCH_CHECK_VALUE(!computes_dact(la.config), "gemm_act: the forced sm90 kernel '", forced,
+                        "' computes gemm_dact, not gemm_act");
+    }
   }
 
   const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
@@ -269,12 +289,48 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   return true;
 }
 
+bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream) {
+  const GemmActParams& p = args.params;
+  if (!args.a.is_cuda() || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.c == nullptr) return false;
+  const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
+  const int device = args.a.get_device();
+  if (!dtype.has_value() || !device_info(device).is_sm90) return false;
+  const int64_t align = 16 / element_bytes(*dtype);
+  const std::optional<BLayout> layout = b_fits_tma(p, align, *dtype != Dtype::F32);
+  if (!layout.has_value() || !a_fits_tma(p, align) || !outputs_fit_tma(p, align)) return false;
+
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  LaunchArgs la;
+  la.params = &p;
+  la.device = device;
+  la.sm_count = device_info(device).sm_count;
+  Workspace workspace{args.a.options().dtype(at::kByte), {}};
+  la.alloc_workspace = &alloc_workspace;
+  la.alloc_ctx = &workspace;
+  la.stream = stream;
+  choose_launch(p, *dtype, *layout, la);  // the tile order; the configuration is gemm_dact's
+  la.config = KernelConfig::cooperative_128x256_c1x2_dact;
+  if (testing::active()) {
+    const std::string forced = testing::overrides().sm90_kernel;
+    if (!forced.empty() && computes_dact(config_named(forced))) la.config = config_named(forced);
+  }
+  if (!is_compiled(la.config, *dtype, *layout)) return false;
+  const LaunchResult result = launch_dact(la.config, *dtype, *layout, p.activation, la);
+  if (result.status == LaunchStatus::kNotImplementable) return false;
+  TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_dact: the sm90 kernel '",
+              config_name(la.config), "' failed at ", result.what, ": ",
+              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  return true;
+}
+
 std::vector<KernelInfo> compiled_kernels() {
   std::vector<KernelInfo> out;
 #define GEMM_ACT_SM90_INFO(C, D, L)                                                        \
   out.push_back({"sm90", config_name(KernelConfig::C), dtype_name(Dtype::D),               \
-                 layout_name(BLayout::L), config_stores_z(KernelConfig::C)});
+                 layout_name(BLayout::L), config_stores_z(KernelConfig::C),                \
+                 computes_dact(KernelConfig::C) ? "gemm_dact" : "gemm_act"});
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
+  GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_INFO)
 #undef GEMM_ACT_SM90_INFO
   return out;
 }

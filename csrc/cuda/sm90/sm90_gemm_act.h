@@ -26,6 +26,10 @@ namespace sm90 {
 // current stream of args' device) when the sm90 kernel can; false otherwise.
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 
+// Runs gemm_dact (args as prepare_gemm_dact makes them: C is `saved`) on
+// the fused kernel when it can; false, having done nothing, otherwise.
+bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream);
+
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.
 std::optional<std::string> plan(const GemmActArgs& args);

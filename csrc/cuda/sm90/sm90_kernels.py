@@ -44,6 +44,9 @@ class Sm90Config:
     k_swizzle_rows: int = 1       # K per pipeline stage, in swizzle rows
     store_stages: int = 0         # buffers each for Y and Z; 0: CUTLASS's builder's choice
     stores_z: bool = True
+    # What the kernel computes: "gemm_act" (the forward) or "gemm_dact" (the
+    # input gradient through the layer before's activation, sm90_dact_kernel.cuh).
+    op: str = "gemm_act"
     # How the kernel is put together: KernelAssembly<assembly> in `header`.
     assembly: int = 0
     header: str = "cuda/sm90/sm90_kernel.cuh"
@@ -73,7 +76,16 @@ CONFIGS = (
     # M <= 64.
     Sm90Config("pingpong_64x128_k2_c1x1", "pingpong", (64, 128), (1, 1), (64, 32),
                (BF16_K, F16_K), k_swizzle_rows=2),
+    # gemm_dact, the MLP backward's fused dZ1 = (dZ2 @ W2) * act'(Z1): the
+    # forward's default tile; an nn.Linear's W2 is the N-major B, Conv1D's
+    # the K-major one.
+    Sm90Config("cooperative_128x256_c1x2_dact", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (BF16_N, F16_N, BF16_K, F16_K), stores_z=False, op="gemm_dact",
+               header="cuda/sm90/sm90_dact_kernel.cuh"),
 )
+
+OPS = {"gemm_act": ("launch_kernel", "GEMM_ACT_SM90_FOR_EACH_KERNEL"),
+       "gemm_dact": ("launch_dact_kernel", "GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL")}
 
 GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not edit."
 
@@ -88,6 +100,8 @@ def rows_with(extra_rows=(), extra_targets=None):
         i = names.index(name)
         rows[i] = replace(rows[i], targets=tuple(rows[i].targets) + tuple(targets))
     for r in rows:
+        if r.op not in OPS:
+            raise ValueError(f"{r.name}: no such op {r.op!r}; expected one of {sorted(OPS)}")
         for dtype, layout in r.targets:
             if dtype not in DTYPES or layout not in LAYOUTS or (dtype == "f32" and layout != "kmajor"):
                 raise ValueError(f"{r.name}: no such target ({dtype}, {layout})")
@@ -121,7 +135,11 @@ def table_header(rows):
     compiled = " ||\n         ".join(
         f"(c == KernelConfig::{r.name} && d == Dtype::{DTYPES[d]} && l == BLayout::{LAYOUTS[l]})"
         for r, d, l in kernels)
-    x_rows = " \\\n".join(f"  X({r.name}, {DTYPES[d]}, {LAYOUTS[l]})" for r, d, l in kernels)
+    x_macros = [
+        f"// X(configuration, Dtype, BLayout) for every compiled {op} kernel.\n#define {macro}(X)" +
+        "".join(f" \\\n  X({r.name}, {DTYPES[d]}, {LAYOUTS[l]})" for r, d, l in kernels if r.op == op) +
+        "\n"
+        for op, (_, macro) in OPS.items()]
     parts = [
         f"// {GENERATED}",
         "#pragma once\n\n#include \"cuda/sm90/sm90_types.h\"\n",
@@ -134,10 +152,11 @@ def table_header(rows):
                 lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kGeometry", "TileGeometry{}") + "\n",
         _switch("config_stores_z", "bool", rows,
                 lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kStoresZ", "false") + "\n",
+        _switch("computes_dact", "bool", rows,
+                lambda r: "true" if r.op == "gemm_dact" else "false", "false") + "\n",
         "// Whether configuration c is compiled for dtype d and B layout l.",
         f"constexpr bool is_compiled(KernelConfig c, Dtype d, BLayout l) {{\n  return {compiled};\n}}\n",
-        "// X(configuration, Dtype, BLayout) for every compiled kernel family member.",
-        f"#define GEMM_ACT_SM90_FOR_EACH_KERNEL(X) \\\n{x_rows}\n",
+        *x_macros,
         "}  // namespace sm90\n}  // namespace gemm_act\n",
     ]
     return "\n".join(parts)
@@ -145,6 +164,7 @@ def table_header(rows):
 
 def kernel_unit(r, dtype, layout):
     spec = f"KernelConfig::{r.name}, Dtype::{DTYPES[dtype]}, BLayout::{LAYOUTS[layout]}"
+    launcher = OPS[r.op][0]
     return f"""// {GENERATED}
 // {r.name} for {dtype} with a {layout} B: one kernel per activation. Compile
 // for sm_90a only (see sm90_kernel.cuh).
@@ -154,7 +174,7 @@ namespace gemm_act {{
 namespace sm90 {{
 
 #define GEMM_ACT_SM90_INSTANTIATE(e, name, from_y, slope) \\
-  template LaunchResult launch_kernel<{spec}, Activation::e>(const LaunchArgs&);
+  template LaunchResult {launcher}<{spec}, Activation::e>(const LaunchArgs&);
 GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM90_INSTANTIATE)
 #undef GEMM_ACT_SM90_INSTANTIATE
 

@@ -52,5 +52,11 @@ struct LaunchResult {
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_kernel(const LaunchArgs& la);
 
+// One gemm_dact kernel (a configuration row with op "gemm_dact"): D =
+// act'(C) * alpha * A @ B, C being the saved Y or Z. Defined in
+// sm90_dact_kernel.cuh; instantiated for GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL.
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_dact_kernel(const LaunchArgs& la);
+
 }  // namespace sm90
 }  // namespace gemm_act

@@ -1,0 +1,162 @@
+"""The MLP backward fused across layers: gemm_dact, gemm_act_chained and
+linear_act_linear (torch_gemm_act.chain)."""
+
+import pytest
+import torch
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from reference import ACTIVATIONS, TOL, assert_close, torch_twin
+from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+from torch_gemm_act.chain import linear_act_linear
+
+DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+
+
+def _derivative64(z, activation, negative_slope=0.01):
+    """act'(z) in float64, by autograd through the PyTorch twin."""
+    z64 = z.detach().double().cpu().requires_grad_()
+    y = torch_twin(activation, negative_slope)(z64)
+    (d,) = torch.autograd.grad(y.sum(), z64)
+    return d
+
+
+def _saved(z, activation, negative_slope=0.01):
+    """What the layer before kept for act': Y (rounded like z) or Z."""
+    if activation in GRAD_FROM_OUTPUT:
+        return torch_twin(activation, negative_slope)(z.double()).to(z.dtype)
+    return z
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b_layout", ["nmajor", "kmajor"])
+@pytest.mark.parametrize("shape", [(256, 128, 192), (37, 19, 45)])
+def test_gemm_dact_matches_reference(activation, dtype, b_layout, shape, device):
+    m, k, n = shape
+    grad = torch.randn(m, k, dtype=dtype, device=device)
+    b = torch.randn(k, n, dtype=torch.float64) / k ** 0.5
+    b = (b if b_layout == "nmajor" else b.t().contiguous().t()).to(dtype=dtype, device=device)
+    z = (2 * torch.randn(m, n, dtype=torch.float64)).to(dtype=dtype, device=device)
+    saved = _saved(z, activation, 0.1)
+    alpha = 0.75
+    out = torch.ops.gemm_act.gemm_dact(grad, b, saved, activation, alpha, 0.1)
+    expected = _derivative64(z, activation, 0.1) * alpha * (grad.double().cpu() @ b.double().cpu())
+    assert out.dtype == dtype and out.shape == (m, n) and out.is_contiguous()
+    rtol, atol = TOL[dtype]
+    # bf16/fp16 Y or Z carry their rounding into act'.
+    torch.testing.assert_close(out.double().cpu(), expected, rtol=rtol, atol=4 * atol)
+
+
+@requires_cuda
+def test_gemm_dact_runs_the_fused_kernel_cuda():
+    """On an H100 under the rule, gemm_dact is one kernel: the sm90 GEMM with
+    the dact epilogue, and no separate backward pass."""
+    if torch.cuda.get_device_capability() != (9, 0) or tga.testing._C.testing_overrides()[0]:
+        pytest.skip("the fused kernel is the sm90 family's, and the rule must start there")
+    grad = torch.randn(512, 256, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(256, 384, dtype=torch.bfloat16, device="cuda")
+    z = torch.randn(512, 384, dtype=torch.bfloat16, device="cuda")
+    torch.ops.gemm_act.gemm_dact(grad, b, z, "gelu", 1.0, 0.01)  # warm up
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.ops.gemm_act.gemm_dact(grad, b, z, "gelu", 1.0, 0.01)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(names) == 1 and "DactEpilogue" in names[0], names
+
+
+def test_gemm_dact_checks_saved(device):
+    grad = torch.randn(4, 3, device=device)
+    b = torch.randn(3, 5, device=device)
+    with pytest.raises(ValueError, match=r"saved must have the shape of grad @ b, \[4, 5\], got \[4, 4\]"):
+        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 4, device=device), "gelu", 1.0, 0.01)
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 5, device=device), "swish", 1.0, 0.01)
+    with pytest.raises(ValueError, match="a_preact must have a's shape"):
+        torch.ops.gemm_act.gemm_act_chained(grad, grad[:, :2], "gelu", 0.01, b, None, None, "none",
+                                            1.0, 0.0, 0.01, False)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_linear_act_linear_gradcheck(activation, device):
+    x = torch.randn(6, 5, dtype=torch.float64, device=device, requires_grad=True)
+    w1 = torch.randn(7, 5, dtype=torch.float64, device=device, requires_grad=True)
+    b1 = torch.randn(7, dtype=torch.float64, device=device, requires_grad=True)
+    w2 = torch.randn(3, 7, dtype=torch.float64, device=device, requires_grad=True)
+    b2 = torch.randn(3, dtype=torch.float64, device=device, requires_grad=True)
+    # Clear of relu's kink, where finite differences mean nothing.
+    with torch.no_grad():
+        z = x @ w1.t() + b1
+        b1 += torch.where(z.abs().min(0).values < 1e-2, 0.1, 0.0)
+
+    def fn(x_, w1_, b1_, w2_, b2_):
+        return linear_act_linear(x_, w1_, b1_, w2_, b2_, activation=activation, negative_slope=0.2)
+
+    assert torch.autograd.gradcheck(fn, (x, w1, b1, w2, b2), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu", "silu", "gelu_tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_act_linear_matches_eager(activation, dtype, device):
+    """Output and every gradient as nn.Linear -> act -> nn.Linear, on shapes
+    the sm90 kernels take on an H100."""
+    torch.manual_seed(1)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch_twin(activation), torch.nn.Linear(256, 128))
+    mlp = mlp.to(device=device, dtype=dtype)
+    x = torch.randn(3, 96, 64, device=device, dtype=dtype, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y = linear_act_linear(x, mlp[0].weight, mlp[0].bias, mlp[2].weight, mlp[2].bias, activation=activation)
+    y_ref = mlp(x_ref)
+    assert_close(y, y_ref, dtype)
+    grad = torch.randn_like(y)
+    params = list(mlp.parameters())
+    grads = torch.autograd.grad(y, [x, *params], grad)
+    ref = torch.autograd.grad(y_ref, [x_ref, *params], grad)
+    for g, r in zip(grads, ref):
+        # The two paths round differently (ours applies act' before rounding dY1).
+        scale = r.double().abs().max().clamp_min(1)
+        torch.testing.assert_close((g.double() / scale).cpu(), (r.double() / scale).cpu(),
+                                   rtol=TOL[dtype][0], atol=2 * TOL[dtype][1])
+
+
+def test_opcheck_chain_operators(device):
+    grad = torch.randn(8, 6, device=device)
+    b = torch.randn(6, 5, device=device)
+    saved = torch.randn(8, 5, device=device)
+    torch.library.opcheck(torch.ops.gemm_act.gemm_dact.default, (grad, b, saved, "silu", 1.5, 0.01))
+    a_preact = torch.randn(8, 6, device=device, requires_grad=True)
+    a = torch.nn.functional.gelu(a_preact).detach()
+    w = torch.randn(6, 5, device=device, requires_grad=True)
+    bias = torch.randn(5, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.gemm_act.gemm_act_chained.default,
+                          (a, a_preact, "gelu", 0.01, w, bias, None, "relu", 1.0, 0.0, 0.01, False))
+
+
+def test_chain_under_torch_compile(device):
+    """A fused, chained MLP compiles without graph breaks and trains as eager
+    (on CUDA in bf16 and large enough for the layers to chain there)."""
+    torch._dynamo.reset()
+    dtype, (m, k, h, n) = ((torch.float32, (4, 16, 32, 8)) if device == "cpu"
+                           else (torch.bfloat16, (1024, 1024, 1024, 256)))
+    mlp = torch.nn.Sequential(torch.nn.Linear(k, h), torch.nn.GELU(), torch.nn.Linear(h, n))
+    mlp = mlp.to(device=device, dtype=dtype)
+    tga.fuse_linear_act(mlp)
+    assert mlp[0]._chain_out is mlp[2]._chain_in is not None
+    x = torch.randn(m, k, device=device, dtype=dtype, requires_grad=True)
+    if device == "cuda" and torch.cuda.get_device_capability() == (9, 0):
+        out = []
+        hook = mlp[2].register_forward_hook(lambda mod, args, y: out.append(y.grad_fn.name()))
+        mlp(x)
+        hook.remove()
+        assert "Chained" in out[0]
+    explain = torch._dynamo.explain(mlp)(x)
+    assert explain.graph_break_count == 0, explain.break_reasons
+    compiled = torch.compile(mlp, backend="aot_eager", fullgraph=True)
+    x2 = x.detach().clone().requires_grad_()
+    compiled(x).sum().backward()
+    grads = [p.grad.clone() for p in mlp.parameters()]
+    mlp.zero_grad()
+    mlp(x2).sum().backward()
+    for g, p in zip(grads, mlp.parameters()):
+        assert_close(g, p.grad, dtype)
+    assert_close(x.grad, x2.grad, dtype)

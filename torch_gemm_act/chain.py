@@ -1,0 +1,133 @@
+"""The MLP backward fused across layers: Linear -> activation -> Linear.
+
+In training, the second layer's input gradient dY1 = dZ2 @ W2 only ever
+meets the first layer's activation derivative: dZ1 = dY1 * act'(Z1). The
+chained operator (``gemm_act_chained``) computes the second layer's forward
+as ``gemm_act`` does, and in its backward writes dZ1 directly, with act'
+applied in the epilogue of the GEMM that computes it (``gemm_dact``), so
+dY1 never goes to memory and back. The first layer then receives dZ1 as the
+gradient of its pre-activation Z1 and runs no activation pass of its own.
+
+Two modules take part: the first layer publishes (Y1, Z1) on a link it
+shares with the second, which takes Z1 when its input *is* that Y1. Nothing
+else depends on the hand-over: when the second layer's input is anything
+else (or the first layer did not publish), both compute and differentiate
+as they would alone. ``fuse_linear_act`` sets the links where the model's
+data flow shows Y1 feeding only the second Linear; ``linear_act_linear`` is
+the same computation as a function.
+"""
+
+import torch
+
+from . import ops
+from .activations import GELU, IDENTITY
+from .functional import _PLAIN, _stores_preact, gemm_act
+
+# On CUDA, chaining pays from about this many multiply-adds per layer: below
+# it a layer is bound by host time, which the chained operator's extra
+# arguments and the stored Z1 only add to. (Not measured at the boundary:
+# the small model case, 1.3e8, is host-bound; GPT-2's MLP layers, 1.9e10,
+# are not.)
+_MIN_CUDA_MULTIPLY_ADDS = 1 << 30
+
+
+class ChainLink:
+    """What one fused layer hands the next: its output Y, pre-activation Z
+    and activation, until the next layer takes them."""
+
+    __slots__ = ("y", "z", "activation", "negative_slope")
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self):
+        self.y = self.z = None
+        self.activation, self.negative_slope = IDENTITY, 0.0
+
+    def put(self, y, z, activation, negative_slope):
+        self.y, self.z, self.activation, self.negative_slope = y, z, activation, negative_slope
+
+    def take(self, x):
+        """(Z, activation, slope) when x is the published Y, else None; the link is empty after."""
+        found = (self.z, self.activation, self.negative_slope) if self.y is x else None
+        self.clear()
+        return found
+
+    def __deepcopy__(self, memo):
+        return ChainLink()  # what it holds belongs to one forward
+
+    def __getstate__(self):
+        return None
+
+    def __setstate__(self, state):
+        self.clear()
+
+
+# Whether each CUDA device runs the fused gemm_dact kernel (the sm90 family's,
+# compute capability 9.0); elsewhere gemm_dact is the GEMM and a pass, which
+# saves nothing over the layers' own backward.
+_FUSED_DACT = {}
+
+
+def _fused_dact_on(device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    fused = _FUSED_DACT.get(index)
+    if fused is None:
+        fused = _FUSED_DACT[index] = torch.cuda.get_device_capability(index) == (9, 0)
+    return fused
+
+
+def _differentiated(x, b, bias):
+    """In training, on plain tensors (a DTensor or other subclass keeps the
+    operators it has strategies for)."""
+    if not torch.is_grad_enabled() or type(x) not in _PLAIN or type(b) not in _PLAIN:
+        return False
+    return x.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+
+
+def chain_pays(x, b, bias):
+    """Whether a layer on a chain should publish its Z for the next: in
+    training, on plain tensors; on CUDA, where the fused kernel runs and the
+    GEMM is large enough."""
+    if not _differentiated(x, b, bias):
+        return False
+    if x.is_cuda:
+        return (x.dtype in (torch.float16, torch.bfloat16) and
+                x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS and _fused_dact_on(x.device))
+    return True
+
+
+def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, always=False):
+    """act(x @ b + bias) for a layer on a chain: taking the layer before's Z
+    from ``link_in`` when x is its output, publishing its own on ``link_out``
+    where that pays (``always``: whenever there is a backward)."""
+    source = link_in.take(x) if link_in is not None else None
+    publish = link_out is not None and (_differentiated(x, b, bias) if always else chain_pays(x, b, bias))
+    if source is None:
+        if not publish:
+            return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
+        y, z = gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope,
+                        return_preact=True)
+    else:
+        x_preact, x_activation, x_slope = source
+        store = publish or _stores_preact(x, b, bias, None, activation, False)
+        y, z = ops.gemm_act_chained_op(x, x_preact, x_activation, float(x_slope), b, bias, None,
+                                       activation, 1.0, 0.0, float(negative_slope), store)
+    if publish:
+        link_out.put(y, z, activation, negative_slope)
+    return y
+
+
+def linear_act_linear(x, weight1, bias1, weight2, bias2=None, activation=GELU, negative_slope=0.01):
+    """``F.linear(act(F.linear(x, weight1, bias1)), weight2, bias2)``, the
+    weights as nn.Linear's ([out, in]), in two fused GEMMs whose backward is
+    fused across the two layers (the activation's derivative applied in the
+    epilogue of the GEMM that computes the first layer's input gradient)."""
+    for name, w in (("weight1", weight1), ("weight2", weight2)):
+        if not isinstance(w, torch.Tensor) or w.dim() != 2:
+            shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+            raise ValueError(f"linear_act_linear: {name} must be a 2-D tensor [out_features, in_features], "
+                             f"got {shape}")
+    link = ChainLink()
+    y1 = chained_gemm(x, weight1.t(), bias1, activation, negative_slope, link_out=link, always=True)
+    return chained_gemm(y1, weight2.t(), bias2, IDENTITY, 0.01, link_in=link)
