@@ -86,7 +86,8 @@ def test_fuse_linear_act_chains_mlp_layers(device):
     model[11].register_forward_hook(
         lambda m, args, out: nodes.append(out.grad_fn.name() if out.grad_fn else None))
     model(x).backward(grad)
-    assert "GemmActChainedFunction" in nodes[0]
+    # On CUDA, float64 has no fused kernel to chain through: each layer alone.
+    assert ("GemmActChainedFunction" in nodes[0]) == (device == "cpu"), nodes[0]
     with torch.no_grad():  # nothing to differentiate: each layer alone, nothing published
         model(x)
     assert nodes[1] is None and model[9]._chain_out.y is None
