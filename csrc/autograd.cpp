@@ -200,7 +200,9 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
   const c10::SymInt k_run = pad ? round_up_to_16_bytes(grad_pre, k) : k;
   const c10::SymInt n_run = pad ? round_up_to_16_bytes(grad_pre, n) : n;
   const at::Tensor grad_pre_2d = pad_to(grad_pre.reshape_symint({rows, n}), rows, n_run);
-  if (need_a && chained != nullptr && !pad) {
+  // pad only says the padded path may pay; it pads only rows that need it.
+  const bool padded = pad && (k_run != k || n_run != n);
+  if (need_a && chained != nullptr && !padded) {
     const at::Tensor saved_2d = chained->a_saved.reshape_symint({rows, k});
     out.a = call_gemm_dact(grad_pre_2d, b.t(), saved_2d, chained->activation, alpha,
                            chained->negative_slope)

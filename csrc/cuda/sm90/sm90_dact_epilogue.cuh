@@ -1,18 +1,19 @@
 // The sm90 epilogue of gemm_dact, the fused input gradient through an
-// activation: on the same collective epilogue as the forward's
-// (EpilogueParts), the tree
+// activation: the tree
 //
 //     dA = act'(saved) * alpha * acc        fp32, in registers (DactEpilogue)
 //
-// with `saved` (Y or Z of the layer before) read through GmemSourceFetch in
-// C's place, and dA stored as the kernel's D. No bias, no Z.
+// on the TMA warp-specialised collective epilogue, with `saved` (Y or Z of
+// the layer before, [M, N] row-major) as the collective's source C: the
+// producer warp loads it by TMA ahead of the consumers, as the forward's
+// epilogue stores Z (GmemSourceFetch's per-thread loads, which the forward
+// keeps for its rare, any-strided C, made this GEMM 1.17x the GEMM and the
+// backward pass it replaces). dA is the kernel's D. No bias, no Z.
 #pragma once
 
 #include "activations.h"
 #include "cuda/sm90/sm90_cutlass.cuh"
-#include "cuda/sm90/sm90_epilogue.cuh"
 #include "cuda/sm90/sm90_epilogue_functors.cuh"
-#include "cuda/sm90/sm90_source_fetch.cuh"
 #include "gemm_act.h"
 
 namespace gemm_act {
@@ -22,19 +23,22 @@ namespace detail {
 template <class Config, class Element, Activation kAct>
 struct GemmDactEpilogue {
   static_assert(!Config::kStoresZ, "gemm_dact stores no Z: its configurations say stores_z=False");
-  using Parts = EpilogueParts<Config, Element>;
-  using Saved = GmemSourceFetch<Element>;
+  using Layout = cutlass::layout::RowMajor;  // saved and dA [M, N], rows 16-byte aligned
+  static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
   using Callbacks = fusion::Sm90EVT<
       fusion::Sm90Compute<DactEpilogue<kAct>::template Fn, Element, float, kRound>,
-      fusion::Sm90AccFetch, Saved>;
-  using Collective = typename Parts::template Collective<Callbacks>;
+      fusion::Sm90AccFetch, fusion::Sm90SrcFetch<Element>>;
+  using Collective = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
+      typename Config::ClusterShape, typename Config::EpilogueTile, float, float,
+      Element, Layout, kAlignment,  // C: saved, loaded by TMA
+      Element, Layout, kAlignment,  // D: dA
+      typename Config::EpilogueSchedule, Callbacks>::CollectiveOp;
 
-  // params.c is `saved` (gemm_dact's checks make it so), alpha and the slope
-  // are the call's; everything else of the params is unused.
+  // alpha and the slope are the call's; saved (params.c) goes to the
+  // collective as C (launch_dact_kernel), the rest of the params is unused.
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
-    return {{},
-            {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},
-            DactArguments{static_cast<float>(p.alpha), static_cast<float>(p.negative_slope)}};
+    return {{}, {}, DactArguments{static_cast<float>(p.alpha), static_cast<float>(p.negative_slope)}};
   }
 };
 

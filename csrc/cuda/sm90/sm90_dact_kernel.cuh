@@ -25,8 +25,10 @@ LaunchResult launch_dact_kernel(const LaunchArgs& la) {
                                                       typename Mainloop::Collective,
                                                       typename Epilogue::Collective,
                                                       typename Config::TileScheduler>;
-  return detail::launch_gemm<Kernel>(
-      detail::gemm_arguments<Kernel, kB, Element>(la, Epilogue::arguments(*la.params)), la);
+  auto args = detail::gemm_arguments<Kernel, kB, Element>(la, Epilogue::arguments(*la.params));
+  args.epilogue.ptr_C = static_cast<const Element*>(la.params->c);  // saved, as the source
+  args.epilogue.dC = typename Kernel::StrideC{la.params->c_stride_m, cute::_1{}, int64_t(0)};
+  return detail::launch_gemm<Kernel>(args, la);
 }
 
 }  // namespace sm90

@@ -298,6 +298,10 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream) {
   const int64_t align = 16 / element_bytes(*dtype);
   const std::optional<BLayout> layout = b_fits_tma(p, align, *dtype != Dtype::F32);
   if (!layout.has_value() || !a_fits_tma(p, align) || !outputs_fit_tma(p, align)) return false;
+  // saved is read by TMA too, as the epilogue's source: rows of 16 bytes.
+  if (p.c_stride_n != 1 || p.c_stride_m % align != 0 || p.c_stride_m < p.n || !aligned16(p.c)) {
+    return false;
+  }
 
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   LaunchArgs la;
