@@ -77,6 +77,13 @@ std::tuple<at::Tensor, at::Tensor> call_gemm_act_chained(
                  negative_slope, store_preact);
 }
 
+at::Tensor call_bias_grad(const at::Tensor& grad, const at::Tensor& bias) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gemm_act::bias_grad", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(grad, bias);
+}
+
 // cuBLAS runs a GEMM whose rows are not 16-byte aligned (in bf16: K or N
 // not a multiple of 8) on a much slower kernel: about 2 ms against 0.55
 // for the unaligned benchmark shape's dA or dW on an H100. There the
@@ -151,7 +158,13 @@ std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at
     grad_bias = at::Tensor();  // summed below over both
   }
   if (bias.has_value() && grad_pre.defined() && !grad_bias.defined()) {
-    grad_bias = at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true);
+    // Our reduction reads dZ once at about the pass's bandwidth (PyTorch's
+    // sum over rows of a [tokens, features] gradient ran at about half);
+    // a tensor subclass (a DTensor, or what torch.compile traces, which
+    // fuses the sum itself) takes PyTorch's.
+    grad_bias = grad_pre.key_set().has(c10::DispatchKey::Python)
+                    ? at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true)
+                    : call_bias_grad(grad_pre, *bias);
   }
   return {grad_pre, grad_bias};
 }

@@ -217,11 +217,34 @@ void check_chained_input(const at::Tensor& a, const at::Tensor& a_preact,
                     shape_str(a.sizes()), ", got ", shape_str(a_preact.sizes()));
 }
 
+namespace {
+
+ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at::Tensor& saved,
+                                             const std::optional<at::Tensor>& bias,
+                                             std::string_view activation, double negative_slope,
+                                             bool with_grad_z);
+
+}  // namespace
+
 ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
                                                    const at::Tensor& saved,
                                                    const std::optional<at::Tensor>& bias,
                                                    std::string_view activation,
                                                    double negative_slope) {
+  return prepare_backward_pass(grad_y, saved, bias, activation, negative_slope, /*with_grad_z=*/true);
+}
+
+ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias) {
+  return prepare_backward_pass(grad, grad, bias, activation_name(Activation::None), 0.0,
+                               /*with_grad_z=*/false);
+}
+
+namespace {
+
+ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at::Tensor& saved,
+                                             const std::optional<at::Tensor>& bias,
+                                             std::string_view activation, double negative_slope,
+                                             bool with_grad_z) {
   const Activation act = parse_activation(activation);
   check_negative_slope(act, negative_slope);
   check_floating(grad_y, "grad_y");
@@ -238,7 +261,7 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
   ActivationBackwardParams& p = args.params;
   args.grad_y = grad_y.contiguous();
   args.saved = saved.contiguous();
-  args.grad_z = at::empty_like(args.grad_y, at::MemoryFormat::Contiguous);
+  if (with_grad_z) args.grad_z = at::empty_like(args.grad_y, at::MemoryFormat::Contiguous);
   if (bias.has_value()) {
     check_like(*bias, grad_y, "bias", "grad_y");
     p.bias_kind = classify_bias(bias->sizes(), grad_y.sizes());
@@ -248,7 +271,7 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
   }
   poison_if_requested(args.grad_z);
   poison_if_requested(args.grad_bias);
-  p.grad_z = args.grad_z.mutable_data_ptr();
+  p.grad_z = with_grad_z ? args.grad_z.mutable_data_ptr() : nullptr;
   p.grad_y = args.grad_y.const_data_ptr();
   p.saved = args.saved.const_data_ptr();
   p.m = m;
@@ -257,6 +280,8 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
   p.activation = act;
   return args;
 }
+
+}  // namespace
 
 std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args) {
   const at::Tensor grad_bias = args.grad_bias.defined() ? args.grad_bias.view(args.bias_sizes)

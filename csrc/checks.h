@@ -48,6 +48,10 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
                                                    std::string_view activation,
                                                    double negative_slope);
 
+// Validates bias_grad's inputs and allocates dbias; no dZ (grad_z undefined,
+// params.grad_z null): the backward pass of the identity, reducing only.
+ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias);
+
 // (dZ, dbias), dbias empty without a bias.
 std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args);
 
@@ -96,6 +100,15 @@ std::tuple<at::Tensor, at::Tensor> activation_backward_impl(const at::Tensor& gr
       prepare_activation_backward(grad_y, saved, bias, activation, negative_slope);
   Run(args);
   return activation_backward_outputs(args);
+}
+
+// The bias_grad operator of a backend whose kernel is `Run` (given the
+// arguments of prepare_bias_grad).
+template <void (*Run)(const ActivationBackwardArgs&)>
+at::Tensor bias_grad_impl(const at::Tensor& grad, const at::Tensor& bias) {
+  const ActivationBackwardArgs args = prepare_bias_grad(grad, bias);
+  Run(args);
+  return args.grad_bias.view(args.bias_sizes);
 }
 
 }  // namespace gemm_act

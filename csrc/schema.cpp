@@ -15,6 +15,9 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def(
       "activation_backward(Tensor grad_y, Tensor saved, Tensor? bias, str activation, "
       "float negative_slope) -> (Tensor, Tensor)");
+  // grad summed to bias's shape (bias broadcasts against grad as against
+  // gemm_act's output): a bias's gradient where dZ needs no pass.
+  m.def("bias_grad(Tensor grad, Tensor bias) -> Tensor");
   // act'(saved) * (alpha * grad @ b): the gradient of a GEMM's input a =
   // act(Z) with respect to Z, in one GEMM where a backend fuses it (saved is
   // Y or Z as the activation's table row says). The backward of

@@ -94,6 +94,9 @@ def run_cases(only_bf16_weight_t, small):
             for b, act in ((w, "gelu"), (w.t().contiguous().t(), "relu")):
                 torch.ops.gemm_act.gemm_dact(grad, b, saved, act, 1.0, 0.01)
                 count += 1
+            for bias_shape in ((n,), (m, 1), ()):  # bias_grad: the reduction without dZ
+                torch.ops.gemm_act.bias_grad(saved, torch.empty(bias_shape, device=dev, dtype=dtype))
+                count += 1
     if small:
         return count
     # Strided / unaligned views.

@@ -6,7 +6,7 @@ import torch
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
-from reference import ACTIVATIONS, TOL, assert_close, torch_twin
+from reference import ACTIVATIONS, BIAS_KINDS, TOL, assert_close, make_bias, torch_twin
 from torch_gemm_act.activations import GRAD_FROM_OUTPUT
 from torch_gemm_act.chain import linear_act_linear
 
@@ -161,3 +161,18 @@ def test_chain_under_torch_compile(device):
     for g, p in zip(grads, mlp.parameters()):
         assert_close(g, p.grad, dtype)
     assert_close(x.grad, x2.grad, dtype)
+
+
+@pytest.mark.parametrize("bias_kind", [k for k in BIAS_KINDS if k != "none"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 37, 45), (512, 384), (2, 1)])
+def test_bias_grad_sums_to_the_bias_shape(bias_kind, dtype, shape, device):
+    grad = torch.randn(shape, dtype=dtype, device=device)
+    bias = make_bias(bias_kind, shape, dtype, device)
+    out = torch.ops.gemm_act.bias_grad(grad, bias)
+    expected = grad.double().sum_to_size(bias.shape)
+    assert out.shape == bias.shape and out.dtype == dtype
+    scale = grad.shape[0] ** 0.5 if len(shape) > 1 else 1.0  # sums of randn grow as sqrt(count)
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * scale * 8)
+    torch.library.opcheck(torch.ops.gemm_act.bias_grad.default, (grad, bias))

@@ -9,6 +9,7 @@ gemm_act_op = torch.ops.gemm_act.gemm_act.default
 activation_backward_op = torch.ops.gemm_act.activation_backward.default
 explain_op = torch.ops.gemm_act.explain.default
 gemm_dact_op = torch.ops.gemm_act.gemm_dact.default
+bias_grad_op = torch.ops.gemm_act.bias_grad.default
 gemm_act_chained_op = torch.ops.gemm_act.gemm_act_chained.default
 
 
@@ -46,3 +47,8 @@ def _gemm_act_chained_fake(a, a_preact, a_activation, a_negative_slope, b, bias,
                            beta, negative_slope, store_preact):
     torch._check(a_preact.shape == a.shape, lambda: "gemm_act_chained: a_preact must have a's shape")
     return _gemm_act_fake(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact)
+
+
+@torch.library.register_fake("gemm_act::bias_grad")
+def _bias_grad_fake(grad, bias):
+    return grad.new_empty(bias.shape)

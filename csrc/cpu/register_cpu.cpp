@@ -1,3 +1,4 @@
+#include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
 #include <string>
@@ -8,6 +9,11 @@
 
 namespace gemm_act {
 namespace {
+
+// PyTorch's own sum, as nn.Linear's bias gradient on the CPU.
+void bias_grad_cpu(const ActivationBackwardArgs& args) {
+  args.grad_bias.copy_(at::sum_to(args.grad_y, args.bias_sizes).reshape({-1}));
+}
 
 std::string plan_cpu(const GemmActArgs& args) {
   return std::string("cpu: ATen's GEMM, then one fused epilogue pass [") +
@@ -20,6 +26,7 @@ std::string plan_cpu(const GemmActArgs& args) {
 TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cpu>);
   m.impl("activation_backward", &gemm_act::activation_backward_impl<gemm_act::activation_backward_cpu>);
+  m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::bias_grad_cpu>);
   m.impl("gemm_dact",
          &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_unfused<gemm_act::activation_backward_cpu>>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);

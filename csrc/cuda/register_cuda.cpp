@@ -159,6 +159,7 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cuda>);
   m.impl("activation_backward",
          &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
+  m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
 }

@@ -1,7 +1,8 @@
 """gemm_dact against what it replaces, at the model cases' second-layer
 input gradients: torch.mm alone (the floor), torch.mm then the activation
 backward pass (the unchained backward), and gemm_dact (one fused GEMM) under
-the rule and with the library forced. Median ms (triton's do_bench).
+the rule and with the library forced; and the first layer's bias gradient,
+bias_grad against PyTorch's sum. Median ms (triton's do_bench).
 
     python lab/diag/dact_kernels.py
 """
@@ -34,7 +35,12 @@ def main():
         dact = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, act, 1.0, 0.01))
         with tga.testing.override(cuda_backend="library"):
             dact_lib = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, act, 1.0, 0.01))
-        print(f"{name:8} {mm:8.3f} {unchained:8.3f} {dact:8.3f} {dact_lib:9.3f}  {dact / mm:6.3f}  {dact / unchained:6.3f}")
+        bias = torch.empty(n, device="cuda", dtype=dtype)
+        ours_sum = bench(lambda: torch.ops.gemm_act.bias_grad(saved, bias))
+        torch_sum = bench(lambda: saved.sum(0))
+        print(f"{name:8} {mm:8.3f} {unchained:8.3f} {dact:8.3f} {dact_lib:9.3f}  {dact / mm:6.3f}  "
+              f"{dact / unchained:6.3f}   bias grad [{m}, {n}]: bias_grad {ours_sum:.3f}, "
+              f"sum(0) {torch_sum:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ using BiasSum = std::conditional_t<(sizeof(Element) >= 4), double, float>;
 //   leave partials [tiles_n][rows] and the last of them to finish adds them
 //   up. Counters: [tiles_m].
 struct BackwardPlan {
-  void* grad_z = nullptr;
+  void* grad_z = nullptr;  // null: only the bias gradient (the bias_grad operator)
   void* grad_bias = nullptr;  // null for BiasKind::None
   const void* grad_y = nullptr;
   const void* saved = nullptr;

@@ -125,7 +125,7 @@ __device__ __forceinline__ void dz_chunks(const Element* __restrict__ grad_y,
         add(j, dz);
         out[j] = Numeric<Element>::from_compute(dz);
       }
-      store_chunk<Element, kW>(grad_z + base + i * scale, out);
+      if (grad_z != nullptr) store_chunk<Element, kW>(grad_z + base + i * scale, out);  // null: bias_grad
     }
   }
 }
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
         for (int64_t i = base + full_chunks * kW; i < base + cols; ++i) {
           const auto dz = dz_of<Element, kAct>(Num::load(grad_y + i), Num::load(saved + i), slope);
           acc += dz;
-          grad_z[i] = Num::from_compute(dz);
+          if (grad_z != nullptr) grad_z[i] = Num::from_compute(dz);
         }
       }
     }
