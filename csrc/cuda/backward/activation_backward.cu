@@ -159,7 +159,7 @@ void run(const ActivationBackwardArgs& args, cudaStream_t stream) {
     constexpr int64_t kAlign = 256;
     const int64_t counter_bytes = ceil_div(counter_count * int64_t{sizeof(int)}, kAlign) * kAlign;
     const int64_t bytes = counter_bytes + partial_count * int64_t{sizeof(Acc)};
-    workspace = at::empty({bytes}, args.grad_z.options().dtype(at::kByte));
+    workspace = at::empty({bytes}, args.grad_y.options().dtype(at::kByte));
     auto* base = static_cast<char*>(workspace.mutable_data_ptr());
     plan.counters = reinterpret_cast<int*>(base);
     plan.partials = base + counter_bytes;
@@ -173,8 +173,8 @@ void run(const ActivationBackwardArgs& args, cudaStream_t stream) {
 
 void activation_backward_cuda(const ActivationBackwardArgs& args) {
   const ActivationBackwardParams& p = args.params;
-  const c10::cuda::CUDAGuard device_guard(args.grad_z.device());
-  const at::ScalarType dtype = args.grad_z.scalar_type();
+  const c10::cuda::CUDAGuard device_guard(args.grad_y.device());
+  const at::ScalarType dtype = args.grad_y.scalar_type();
 
   char label[192];
   std::snprintf(label, sizeof(label), "gemm_act.backward M=%" PRId64 "xN=%" PRId64 " %s %s %s", p.m, p.n,
