@@ -158,10 +158,10 @@ std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at
     grad_bias = at::Tensor();  // summed below over both
   }
   if (bias.has_value() && grad_pre.defined() && !grad_bias.defined()) {
-    // Our reduction reads dZ once at about the pass's bandwidth (PyTorch's
-    // sum over rows of a [tokens, features] gradient ran at about half);
-    // a tensor subclass (a DTensor, or what torch.compile traces, which
-    // fuses the sum itself) takes PyTorch's.
+    // Our reduction (the backward pass's, reading dZ once) measured 6-15%
+    // faster than PyTorch's sum over rows on an H100 (GPT-2's [8192, 3072]:
+    // 0.034 against 0.040 ms); a tensor subclass (a DTensor, or what
+    // torch.compile traces, which fuses the sum itself) takes PyTorch's.
     grad_bias = grad_pre.key_set().has(c10::DispatchKey::Python)
                     ? at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true)
                     : call_bias_grad(grad_pre, *bias);

@@ -158,9 +158,10 @@ def test_chain_under_torch_compile(device):
     grads = [p.grad.clone() for p in mlp.parameters()]
     mlp.zero_grad()
     mlp(x2).sum().backward()
-    for g, p in zip(grads, mlp.parameters()):
-        assert_close(g, p.grad, dtype)
-    assert_close(x.grad, x2.grad, dtype)
+    # bf16 sums over 1024 rows: differences of an ulp of the largest value.
+    for g, r in zip([*grads, x.grad], [*(p.grad for p in mlp.parameters()), x2.grad]):
+        scale = r.double().abs().max().clamp_min(1)
+        assert_close(g.double() / scale, r.double() / scale, dtype)
 
 
 @pytest.mark.parametrize("bias_kind", [k for k in BIAS_KINDS if k != "none"])
