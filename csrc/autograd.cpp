@@ -137,8 +137,8 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
 // gradients: gY through act' (the backward pass, which reduces dbias in the
 // same launch), plus Z's own gradient where Z was returned and used (or, for
 // gemm_act_chained's input, is how the next layer's gradient arrives). The
-// identity's dZ is gY itself: no pass and no copy, and dbias PyTorch's own
-// sum, as for nn.Linear. Either gradient may be undefined; so is dZ when both
+// identity's dZ is gY itself: no pass and no copy, and dbias a reduction of
+// it alone (bias_grad). Either gradient may be undefined; so is dZ when both
 // are.
 std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at::Tensor& grad_z,
                                               const at::Tensor& saved,
