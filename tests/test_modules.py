@@ -114,3 +114,33 @@ def test_mlp_trains_like_nn_linear():
             opt.step()
     for p, q in zip(ref.parameters(), fused.parameters()):
         assert_close(q, p, torch.float32)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
+    """Linear -> act -> Dropout -> Linear chains; the chain is used where the
+    dropout returns its input (p = 0, or eval mode), and otherwise nothing is
+    published and each layer runs alone, its gradients as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(p), nn.Linear(16, 4)).to(device).double()
+    reference = copy.deepcopy(model)
+    _, report = tga.fuse_linear_act(model, report=True)
+    assert report.chained == [("0", "3")] and model[0]._chain_out.through is model[2]
+    nodes = []
+    model[3].register_forward_hook(lambda m, args, out: nodes.append(out.grad_fn.name()))
+    x = torch.randn(5, 8, dtype=torch.float64, device=device)
+    for training in (False, True):
+        model.train(training)
+        reference.train(training)
+        torch.manual_seed(1)
+        y = model(x)
+        torch.manual_seed(1)
+        y_ref = reference(x)
+        assert_close(y, y_ref, torch.float64)
+        grads = torch.autograd.grad(y.sum(), list(model.parameters()))
+        grads_ref = torch.autograd.grad(y_ref.sum(), list(reference.parameters()))
+        for g, r in zip(grads, grads_ref):
+            assert_close(g, r, torch.float64)
+        chained = device == "cpu" and (p == 0 or not training)  # float64 on CUDA: never
+        assert ("Chained" in nodes[-1]) == chained, (training, nodes[-1])
+        assert model[0]._chain_out.y is None  # taken, or never published

@@ -17,6 +17,8 @@ data flow shows Y1 feeding only the second Linear; ``linear_act_linear`` is
 the same computation as a function.
 """
 
+import copy
+
 import torch
 
 from . import ops
@@ -33,12 +35,19 @@ _MIN_CUDA_MULTIPLY_ADDS = 1 << 30
 
 class ChainLink:
     """What one fused layer hands the next: its output Y, pre-activation Z
-    and activation, until the next layer takes them."""
+    and activation, until the next layer takes them. ``through``: a dropout
+    between the two, which passes Y on unchanged (the same tensor) only with
+    p = 0 or in eval mode; otherwise nothing is published."""
 
-    __slots__ = ("y", "z", "activation", "negative_slope")
+    __slots__ = ("y", "z", "activation", "negative_slope", "through")
 
-    def __init__(self):
+    def __init__(self, through=None):
+        self.through = through
         self.clear()
+
+    def open(self):
+        """Whether Y can reach the next layer unchanged."""
+        return self.through is None or not self.through.training or self.through.p == 0
 
     def clear(self):
         self.y = self.z = None
@@ -54,12 +63,14 @@ class ChainLink:
         return found
 
     def __deepcopy__(self, memo):
-        return ChainLink()  # what it holds belongs to one forward
+        # What it holds belongs to one forward; the dropout is the copy's.
+        return ChainLink(copy.deepcopy(self.through, memo))
 
     def __getstate__(self):
-        return None
+        return self.through
 
-    def __setstate__(self, state):
+    def __setstate__(self, through):
+        self.through = through
         self.clear()
 
 
@@ -102,7 +113,8 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
     from ``link_in`` when x is its output, publishing its own on ``link_out``
     where that pays (``always``: whenever there is a backward)."""
     source = link_in.take(x) if link_in is not None else None
-    publish = link_out is not None and (_differentiated(x, b, bias) if always else chain_pays(x, b, bias))
+    publish = link_out is not None and link_out.open() and (
+        _differentiated(x, b, bias) if always else chain_pays(x, b, bias))
     if source is None:
         if not publish:
             return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)

@@ -135,13 +135,27 @@ def _fuse_children(path, parent, result):
         _chain(path, parent, first, act_node, calls, result)
 
 
+def _only_call(node, calls):
+    """The module call that alone uses node's output, with it alone; or None."""
+    if len(node.users) != 1:
+        return None
+    (user,) = node.users
+    if user.op != "call_module" or user.args != (node,) or user.kwargs or len(calls.get(user.target, ())) != 1:
+        return None
+    return user
+
+
 def _chain(path, parent, first, act_node, calls, result):
     """Links the fused pair `first` to the Linear its activation's output
-    feeds, where it feeds that Linear alone and nothing else."""
-    if len(act_node.users) != 1:
-        return
-    (node,) = act_node.users
-    if node.op != "call_module" or node.args != (act_node,) or node.kwargs or len(calls.get(node.target, ())) != 1:
+    feeds, where it feeds that Linear alone and nothing else, directly or
+    through a dropout (the link then opens only while the dropout passes its
+    input through)."""
+    node = _only_call(act_node, calls)
+    through = None
+    if node is not None and isinstance(parent._modules[node.target], nn.Dropout):
+        through = parent._modules[node.target]
+        node = _only_call(node, calls)
+    if node is None:
         return
     second = parent._modules[node.target]
     if not isinstance(second, (LinearAct, Conv1DAct)):
@@ -153,7 +167,7 @@ def _chain(path, parent, first, act_node, calls, result):
         if _move_forward_hooks(second, fused):
             result.hooks_moved.append(_join(path, node.target))
         parent._modules[node.target] = second = fused
-    link = ChainLink()
+    link = ChainLink(through)
     parent._modules[first]._chain_out = link
     second._chain_in = link
     result.chained.append((_join(path, first), _join(path, node.target)))
