@@ -152,7 +152,9 @@ def measure(case, mode, compiled, ctx):
         with torch._inductor.config.patch(fx_graph_cache=False), \
                 torch._functorch.config.patch(enable_autograd_cache=False):
             outs[name] = fn()
-        row["compile_fusion_pairs"] = torch._inductor.config.pre_grad_custom_pass.fused
+        fusion_pass = torch._inductor.config.pre_grad_custom_pass
+        row["compile_fusion_pairs"] = fusion_pass.fused
+        row["compile_fusion_chained"] = fusion_pass.chained
     torch_gemm_act.enable_compile_fusion(False)
     errs = [rel_err(g, r) for other in ("fused", "compile_fusion") if other in outs
             for g, r in zip(outs[other], outs["eager"])]

@@ -42,3 +42,5 @@ def test_models_dry_run_compiled(tmp_path):
         if r["compiled"]:
             # Its compilation went through the fusion pass (not the eager model's, reused).
             assert r["compile_fusion_pairs"] == 2, r
+            # In training each pair is chained to the Linear after it.
+            assert r["compile_fusion_chained"] == (2 if r["mode"] == "training" else 0), r

@@ -67,6 +67,8 @@ def test_compiled_model_runs_the_fused_operator(fusion):
     # feeds the residual too), nor leaky_relu: with dynamic=True Dynamo keeps
     # its slope as a graph value, which the operator's float argument cannot take.
     assert fusion.fused == 3
+    # Each pair chained to the Linear after it, as fuse_linear_act chains them.
+    assert fusion.chained == 3
     assert counter.frame_count == 1  # no graph break, no recompile across batch sizes
     for (name, p), p_hand in zip(model.named_parameters(), by_hand.parameters()):
         torch.testing.assert_close(p.grad, p_hand.grad, rtol=1e-5, atol=1e-6, msg=name)
@@ -81,7 +83,7 @@ def test_inference_and_transformers_activation(fusion):
     x = torch.randn(2, 7, 32)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-6)
-    assert fusion.fused == 1
+    assert fusion.fused == 1 and fusion.chained == 0  # no backward, nothing to chain
 
 
 def test_the_switch_turns_it_off_and_keeps_a_pass_set_before():

@@ -96,16 +96,22 @@ def _differentiated(x, b, bias):
     return x.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
 
 
+def fused_dact_runs(x):
+    """Whether gemm_dact on x's device and dtype is the fused kernel (on CUDA:
+    fp16/bf16 on compute capability 9.0). The CPU chains too (nothing there
+    is fused, but the chain's numerics are tested there)."""
+    if not x.is_cuda:
+        return True
+    return x.dtype in (torch.float16, torch.bfloat16) and _fused_dact_on(x.device)
+
+
 def chain_pays(x, b, bias):
     """Whether a layer on a chain should publish its Z for the next: in
     training, on plain tensors; on CUDA, where the fused kernel runs and the
     GEMM is large enough."""
-    if not _differentiated(x, b, bias):
+    if not _differentiated(x, b, bias) or not fused_dact_runs(x):
         return False
-    if x.is_cuda:
-        return (x.dtype in (torch.float16, torch.bfloat16) and
-                x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS and _fused_dact_on(x.device))
-    return True
+    return not x.is_cuda or x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS
 
 
 def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, always=False):

@@ -7,7 +7,9 @@ inlined nn.Linear is) or ``torch.addmm(b, x, w)`` (transformers' Conv1D)
 whose only user is a supported activation with ``gemm_act``; AOTAutograd
 then traces the operator's own backward, so forward and backward are both
 the fused ones, with the same numerics as fusing the modules by hand. A
-pair whose pre-activation is used elsewhere too is left alone.
+pair whose pre-activation is used elsewhere too is left alone. A pair whose
+output feeds one Linear alone is chained to it, as fuse_linear_act chains
+modules (torch_gemm_act.chain).
 """
 
 import operator
@@ -15,8 +17,10 @@ import operator
 import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .activations import check_activation
+from .chain import fused_dact_runs
 from .functional import _stores_preact
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
@@ -71,13 +75,17 @@ def _gemm_of(node):
     return None
 
 
+_PLAIN_VALUES = (torch.Tensor, torch.nn.Parameter, FakeTensor)
+
+
 def _value(node):
     return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
 def fuse_graph(graph):
-    """Rewrites graph in place; returns the number of pairs fused."""
-    fused = 0
+    """Rewrites graph in place; returns (pairs fused, pairs chained to the
+    Linear after them)."""
+    pairs = []  # (gemm_act node, its Y node, activation, slope, x's example value, needs grad)
     for act_node in list(graph.nodes):
         act = _activation_of(act_node)
         if act is None or not isinstance(act_node.args[0], torch.fx.Node):
@@ -105,19 +113,75 @@ def fuse_graph(graph):
         act_node.replace_all_uses_with(y)
         graph.erase_node(act_node)
         graph.erase_node(gemm_node)
-        fused += 1
-    return fused
+        needs_grad = torch.is_grad_enabled() and any(
+            v is not None and v.requires_grad for v in (x_value, w_value, bias_value))
+        pairs.append((out, y, activation, slope, x_value, needs_grad))
+    # Last first: a pair that is both the second layer of one chain and the
+    # first of the next has its Z stored before its own node is replaced.
+    chained = sum(_chain(graph, *pair) for pair in reversed(pairs))
+    return len(pairs), chained
+
+
+def _chain(graph, out, y, activation, slope, x_value, needs_grad):
+    """Where Y feeds one Linear alone, chains them as fuse_linear_act does
+    (chain.py): Z stored, and the Linear's GEMM (fused with its own
+    activation or not) becomes gemm_act_chained, its input's gradient going
+    to Z. Not without a backward, nor where the fused kernel would not run.
+    Unlike a module, no size threshold: compiled, the chain adds no host
+    time. Returns whether it chained."""
+    # Plain tensors only (as captured: fake ones): a DTensor keeps the
+    # operators it has sharding strategies for.
+    if not needs_grad or len(y.users) != 1 or type(x_value) not in _PLAIN_VALUES or \
+            not fused_dact_runs(x_value):
+        return False
+    (user,) = y.users
+    chained = torch.ops.gemm_act.gemm_act_chained.default
+    if user.op == "call_function" and user.target is torch.ops.gemm_act.gemm_act.default and \
+            user.args[0] is y:
+        b, bias, c, act2, alpha, beta, slope2, store2 = user.args[1:]
+        if c is not None:
+            return False
+        with graph.inserting_before(user):
+            z = _stored_z(graph, out)
+            new = graph.call_function(chained, (y, z, activation, slope, b, bias, None, act2, alpha,
+                                                beta, slope2, store2))
+    else:
+        gemm = _gemm_of(user)
+        if gemm is None or gemm[0] is not y:
+            return False
+        _, w, bias, transpose = gemm
+        with graph.inserting_before(user):
+            z = _stored_z(graph, out)
+            b = graph.call_function(torch.t, (w,)) if transpose else w
+            new_out = graph.call_function(chained, (y, z, activation, slope, b, bias, None, "none",
+                                                    1.0, 0.0, 0.01, False))
+            new = graph.call_function(operator.getitem, (new_out, 0))
+    new.meta.update(user.meta)
+    user.replace_all_uses_with(new)
+    graph.erase_node(user)
+    return True
+
+
+def _stored_z(graph, out):
+    """Z of the gemm_act node `out`, which is made to store it."""
+    args = list(out.args)
+    args[8] = True  # store_preact
+    out.args = tuple(args)
+    return graph.call_function(operator.getitem, (out, 1))
 
 
 class _FusionPass(CustomGraphPass):
     def __init__(self, previous):
         self.previous = previous  # a pass that was set before; it still runs, first
         self.fused = 0            # pairs fused so far, for the tests
+        self.chained = 0          # of them, chained to the Linear after them
 
     def __call__(self, graph):
         if self.previous is not None:
             self.previous(graph)
-        self.fused += fuse_graph(graph)
+        fused, chained = fuse_graph(graph)
+        self.fused += fused
+        self.chained += chained
 
     def uuid(self):
         previous = self.previous.uuid() if self.previous is not None else None
