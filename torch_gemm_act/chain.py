@@ -105,22 +105,21 @@ def fused_dact_runs(x):
     return x.dtype in (torch.float16, torch.bfloat16) and _fused_dact_on(x.device)
 
 
-def chain_pays(x, b, bias):
+def chain_pays(x, b, bias, any_size=False):
     """Whether a layer on a chain should publish its Z for the next: in
-    training, on plain tensors; on CUDA, where the fused kernel runs and the
-    GEMM is large enough."""
+    training, on plain tensors; on CUDA, where the fused kernel runs and
+    (unless ``any_size``) the GEMM is large enough."""
     if not _differentiated(x, b, bias) or not fused_dact_runs(x):
         return False
-    return not x.is_cuda or x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS
+    return not x.is_cuda or any_size or x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS
 
 
-def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, always=False):
+def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False):
     """act(x @ b + bias) for a layer on a chain: taking the layer before's Z
     from ``link_in`` when x is its output, publishing its own on ``link_out``
-    where that pays (``always``: whenever there is a backward)."""
+    where that pays (chain_pays)."""
     source = link_in.take(x) if link_in is not None else None
-    publish = link_out is not None and link_out.open() and (
-        _differentiated(x, b, bias) if always else chain_pays(x, b, bias))
+    publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, any_size)
     if source is None:
         if not publish:
             return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
@@ -139,13 +138,15 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
 def linear_act_linear(x, weight1, bias1, weight2, bias2=None, activation=GELU, negative_slope=0.01):
     """``F.linear(act(F.linear(x, weight1, bias1)), weight2, bias2)``, the
     weights as nn.Linear's ([out, in]), in two fused GEMMs whose backward is
-    fused across the two layers (the activation's derivative applied in the
-    epilogue of the GEMM that computes the first layer's input gradient)."""
+    fused across the two layers where the fused kernel runs (the
+    activation's derivative applied in the epilogue of the GEMM that
+    computes the first layer's input gradient: fp16/bf16 on Hopper, and
+    the CPU), whatever the size; elsewhere the two layers' own backward."""
     for name, w in (("weight1", weight1), ("weight2", weight2)):
         if not isinstance(w, torch.Tensor) or w.dim() != 2:
             shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
             raise ValueError(f"linear_act_linear: {name} must be a 2-D tensor [out_features, in_features], "
                              f"got {shape}")
     link = ChainLink()
-    y1 = chained_gemm(x, weight1.t(), bias1, activation, negative_slope, link_out=link, always=True)
+    y1 = chained_gemm(x, weight1.t(), bias1, activation, negative_slope, link_out=link, any_size=True)
     return chained_gemm(y1, weight2.t(), bias2, IDENTITY, 0.01, link_in=link)
