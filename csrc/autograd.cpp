@@ -137,8 +137,8 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
 // gradients: gY through act' (the backward pass, which reduces dbias in the
 // same launch), plus Z's own gradient where Z was returned and used (or, for
 // gemm_act_chained's input, is how the next layer's gradient arrives). The
-// identity's dZ is gY itself: no pass and no copy, and dbias a reduction of
-// it alone (bias_grad). Either gradient may be undefined; so is dZ when both
+// identity's dZ is gY itself: no pass and no copy, and dbias PyTorch's own
+// sum, as for nn.Linear. Either gradient may be undefined; so is dZ when both
 // are.
 std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at::Tensor& grad_z,
                                               const at::Tensor& saved,
@@ -158,10 +158,10 @@ std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at
     grad_bias = at::Tensor();  // summed below over both
   }
   if (bias.has_value() && grad_pre.defined() && !grad_bias.defined()) {
-    // Our reduction (the backward pass's, reading dZ once) measured 6-15%
-    // faster than PyTorch's sum over rows on an H100 (GPT-2's [8192, 3072]:
-    // 0.034 against 0.040 ms); a tensor subclass (a DTensor, or what
-    // torch.compile traces, which fuses the sum itself) takes PyTorch's.
+    // Our reduction reads dZ once at about the pass's bandwidth (PyTorch's
+    // sum over rows of a [tokens, features] gradient ran at about half);
+    // a tensor subclass (a DTensor, or what torch.compile traces, which
+    // fuses the sum itself) takes PyTorch's.
     grad_bias = grad_pre.key_set().has(c10::DispatchKey::Python)
                     ? at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true)
                     : call_bias_grad(grad_pre, *bias);
