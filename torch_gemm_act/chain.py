@@ -23,7 +23,7 @@ import torch
 
 from . import ops
 from .activations import GELU, IDENTITY
-from .functional import _PLAIN, _stores_preact, gemm_act
+from .functional import _PLAIN, _needs_grad, _stores_preact, gemm_act
 
 # On CUDA, chaining pays from about this many multiply-adds per layer: below
 # it a layer is bound by host time, which the chained operator's extra
@@ -91,9 +91,7 @@ def _fused_dact_on(device):
 def _differentiated(x, b, bias):
     """In training, on plain tensors (a DTensor or other subclass keeps the
     operators it has strategies for)."""
-    if not torch.is_grad_enabled() or type(x) not in _PLAIN or type(b) not in _PLAIN:
-        return False
-    return x.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+    return type(x) in _PLAIN and type(b) in _PLAIN and _needs_grad(x, b, bias)
 
 
 def fused_dact_runs(x):

@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .activations import check_activation
 from .chain import fused_dact_runs
-from .functional import _stores_preact
+from .functional import _PLAIN, _needs_grad, _stores_preact
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
 _RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
@@ -75,7 +75,7 @@ def _gemm_of(node):
     return None
 
 
-_PLAIN_VALUES = (torch.Tensor, torch.nn.Parameter, FakeTensor)
+_PLAIN_VALUES = _PLAIN | {FakeTensor}  # plain tensors, as captured
 
 
 def _value(node):
@@ -113,9 +113,7 @@ def fuse_graph(graph):
         act_node.replace_all_uses_with(y)
         graph.erase_node(act_node)
         graph.erase_node(gemm_node)
-        needs_grad = torch.is_grad_enabled() and any(
-            v is not None and v.requires_grad for v in (x_value, w_value, bias_value))
-        pairs.append((out, y, activation, slope, x_value, needs_grad))
+        pairs.append((out, y, activation, slope, x_value, _needs_grad(x_value, w_value, bias_value)))
     # Last first: a pair that is both the second layer of one chain and the
     # first of the next has its Z stored before its own node is replaced.
     chained = sum(_chain(graph, *pair) for pair in reversed(pairs))

@@ -40,10 +40,14 @@ def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.
     if return_preact:
         return True
-    needs_grad = torch.is_grad_enabled() and (
+    return _needs_grad(a, b, bias, c) and activation not in GRAD_FROM_OUTPUT
+
+
+def _needs_grad(a, b, bias, c=None):
+    """Whether a call on these operands (None: absent) has a backward."""
+    return torch.is_grad_enabled() and (
         (a is not None and a.requires_grad) or (b is not None and b.requires_grad)
         or (bias is not None and bias.requires_grad) or (c is not None and c.requires_grad))
-    return needs_grad and activation not in GRAD_FROM_OUTPUT
 
 
 def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
