@@ -157,11 +157,25 @@ def torch_act(name, negative_slope=0.01):
 
 def make_eager(activation):
     import torch.nn.functional as F
+    import torch_gemm_act
+
+    if activation in torch_gemm_act.GATED:
+        gate = torch_act(torch_gemm_act.GATED[activation])
+
+        def eager_gated(a, w_gate, w_up):
+            # A Llama-style MLP's first half as transformers writes it.
+            return gate(F.linear(a, w_gate)) * F.linear(a, w_up)
+        return eager_gated
     act = torch_act(activation)
 
     def eager(a, w, bias):
         return act(F.linear(a, w, bias))
     return eager
+
+
+# The gated MLP row (../shared/shapes.json predates gated activations):
+# Llama-7B's gate and up projections, 4096 tokens, no biases.
+GATED_ROWS = [{"M": 4096, "K": 4096, "N": 11008, "dtype": "bfloat16", "activation": "swiglu"}]
 
 
 def probe_addmm_gelu(dtype, device):
@@ -263,6 +277,7 @@ def bench_shape(group, spec, modes, ctx):
     kinked = act in ("relu", "leaky_relu") and dtype_name in ("float16", "bfloat16")
     grad_tol = KINK_GRAD_TOLERANCE if kinked else tol
 
+    gated = act in tga.GATED
     rows = []
     try:
         g = torch.Generator(device=dev).manual_seed(zlib.crc32(f"{M},{K},{N},{dtype_name},{act}".encode()))
@@ -271,6 +286,9 @@ def bench_shape(group, spec, modes, ctx):
         a = torch.randn(M, K, device=dev, dtype=dtype, generator=g)
         w = torch.randn(N, K, device=dev, dtype=dtype, generator=g).mul_(K ** -0.5)
         bias = torch.randn(N, device=dev, dtype=dtype, generator=g).mul_(0.5)
+        # A gated row's contenders take the up projection's weight where the
+        # others take the bias.
+        third = torch.randn(N, K, device=dev, dtype=dtype, generator=g).mul_(K ** -0.5) if gated else bias
         gY = (torch.randn(M, N, device=dev, dtype=dtype, generator=g)
               if "forward_backward" in modes else None)
         eager = make_eager(act)
@@ -285,7 +303,9 @@ def bench_shape(group, spec, modes, ctx):
 
         # The cuBLASLt fused epilogue, only where it computes exactly this activation.
         addmm = None
-        if act == "relu":
+        if gated:
+            pass
+        elif act == "relu":
             addmm = ("torch._addmm_activation(use_gelu=False)",
                      lambda: torch._addmm_activation(bias, a, w.t(), use_gelu=False))
         elif act in ("gelu", "gelu_tanh"):
@@ -317,31 +337,36 @@ def bench_shape(group, spec, modes, ctx):
             # ---- contenders of this mode: name -> zero-argument callable; in
             # forward_backward the callables return (y, dA, dW, dbias)
             fns = {}
+            weights = (w, third) if gated else (w,)  # the GEMMs eager runs, once per weight
             if mode == "forward_backward":
                 def mm3():
                     with torch.no_grad():
-                        return torch.mm(a, w.t()), torch.mm(gY, w), torch.mm(gY.t(), a)
+                        return tuple(t for v in weights
+                                     for t in (torch.mm(a, v.t()), torch.mm(gY, v), torch.mm(gY.t(), a)))
                 fns["torch_mm"] = mm3
             else:
                 def mm1():
                     with torch.no_grad():
-                        return torch.mm(a, w.t())
+                        return tuple(torch.mm(a, v.t()) for v in weights)
                 fns["torch_mm"] = mm1
 
             if mode == "inference":
                 grad_ctx = torch.no_grad
-                ins = (a, w, bias)
+                ins = (a, w, third)
             else:
                 grad_ctx = torch.enable_grad
-                ins = tuple(t.detach().requires_grad_(True) for t in (a, w, bias))
+                ins = tuple(t.detach().requires_grad_(True) for t in (a, w, third))
 
             def gemm_act_fwd(x, wt, b):
+                if gated:
+                    return tga.gated_linear_act(x, wt, b, activation=act)
                 return tga.linear_act(x, wt, b, activation=act)
 
             fwd = {"eager": eager, "gemm_act": gemm_act_fwd}
             if compiled is not None:
                 fwd["compile"] = compiled
-            for backend in ctx["forced"] + list(spec.get("forced", ())):
+            # (The gated operator has one CUDA path: nothing to force.)
+            for backend in [] if gated else ctx["forced"] + list(spec.get("forced", ())):
                 if backend not in ctx["backends"]:
                     continue
 
@@ -392,7 +417,8 @@ def bench_shape(group, spec, modes, ctx):
                         if ref is not None:
                             parts = [rel_err(o, r) for o, r in zip(out, ref)]
                             if name == "gemm_act" and len(parts) == 4:
-                                row["grad_rel_err"] = dict(zip(("y", "a", "weight", "bias"), parts))
+                                names = ("y", "a", "gate_weight", "up_weight") if gated else ("y", "a", "weight", "bias")
+                                row["grad_rel_err"] = dict(zip(names, parts))
                             # Gradients are judged by grad_tol, expressed in units of tol.
                             errs[name] = max([parts[0]] + [p_ * tol / grad_tol for p_ in parts[1:]])
                         del out
@@ -511,6 +537,7 @@ def main(argv=None):
 
     shapes_path = args.shapes or default_shapes_path()
     groups = load_shapes(shapes_path)
+    groups.setdefault("gated", GATED_ROWS)
     if args.groups:
         missing = set(args.groups) - set(groups)
         if missing:

@@ -37,9 +37,28 @@ CASES = {
     "vit_l_mlp": (8, 12608, 1024, 4096, "gelu", "bfloat16"),
     "llm_relu_mlp_fp16": (2, 4096, 4096, 11008, "relu", "float16"),
     "small_mlp_fp32": (6, 512, 256, 1024, "relu", "float32"),
+    # Llama-7B's MLP as transformers writes it: down(silu(gate(x)) * up(x)), no biases.
+    "llama_swiglu_mlp": (2, 4096, 4096, 11008, "swiglu", "bfloat16"),
 }
 # Normwise tolerance of the fused model against eager (max |diff| / max |eager|).
 TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
+
+
+def gated_mlp(d_model, d_hidden):
+    """A Llama-style MLP block (transformers' LlamaMLP, written out)."""
+    from torch import nn
+
+    class GatedMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj = nn.Linear(d_model, d_hidden, bias=False)
+            self.up_proj = nn.Linear(d_model, d_hidden, bias=False)
+            self.down_proj = nn.Linear(d_hidden, d_model, bias=False)
+            self.act_fn = nn.SiLU()
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    return GatedMLP()
 
 
 def activation_module(name):
@@ -60,7 +79,10 @@ def build(case, device, dry_run):
     dtype = getattr(torch, dtype_name)
     layers = []
     for _ in range(blocks):
-        layers += [nn.Linear(d_model, d_hidden), activation_module(act), nn.Linear(d_hidden, d_model)]
+        if act == "swiglu":
+            layers.append(gated_mlp(d_model, d_hidden))
+        else:
+            layers += [nn.Linear(d_model, d_hidden), activation_module(act), nn.Linear(d_hidden, d_model)]
     eager = nn.Sequential(*layers).to(device=device, dtype=dtype)
     fused = torch_gemm_act.fuse_linear_act(copy.deepcopy(eager))
     x = torch.randn(tokens, d_model, device=device, dtype=dtype)

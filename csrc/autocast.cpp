@@ -7,12 +7,10 @@
 #include <optional>
 #include <tuple>
 
+#include "op_handles.h"
+
 namespace gemm_act {
 namespace {
-
-using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
-    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
 
 template <c10::DeviceType kDevice>
 std::tuple<at::Tensor, at::Tensor> gemm_act_autocast(const at::Tensor& a, const at::Tensor& b,
@@ -24,20 +22,12 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_autocast(const at::Tensor& a, const 
   c10::impl::ExcludeDispatchKeyGuard no_autocast(
       at::autocast::get_autocast_dispatch_key_from_device_type(kDevice));
   const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(kDevice);
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("gemm_act::gemm_act", "")
-                       .typed<GemmActSignature>();
-  return op.call(at::autocast::cached_cast(dtype, a, kDevice),
-                 at::autocast::cached_cast(dtype, b, kDevice),
-                 at::autocast::cached_cast(dtype, bias, kDevice),
-                 at::autocast::cached_cast(dtype, c, kDevice), activation, alpha, beta,
-                 negative_slope, store_preact);
+  return op::gemm_act().call(at::autocast::cached_cast(dtype, a, kDevice),
+                             at::autocast::cached_cast(dtype, b, kDevice),
+                             at::autocast::cached_cast(dtype, bias, kDevice),
+                             at::autocast::cached_cast(dtype, c, kDevice), activation, alpha,
+                             beta, negative_slope, store_preact);
 }
-
-using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
-    const at::Tensor&, const at::Tensor&, c10::string_view, double, const at::Tensor&,
-    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view, double,
-    double, double, bool);
 
 template <c10::DeviceType kDevice>
 std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autocast(
@@ -48,15 +38,27 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autocast(
   c10::impl::ExcludeDispatchKeyGuard no_autocast(
       at::autocast::get_autocast_dispatch_key_from_device_type(kDevice));
   const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(kDevice);
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("gemm_act::gemm_act_chained", "")
-                       .typed<GemmActChainedSignature>();
-  return op.call(at::autocast::cached_cast(dtype, a, kDevice),
-                 at::autocast::cached_cast(dtype, a_preact, kDevice), a_activation,
-                 a_negative_slope, at::autocast::cached_cast(dtype, b, kDevice),
-                 at::autocast::cached_cast(dtype, bias, kDevice),
-                 at::autocast::cached_cast(dtype, c, kDevice), activation, alpha, beta,
-                 negative_slope, store_preact);
+  return op::gemm_act_chained().call(
+      at::autocast::cached_cast(dtype, a, kDevice),
+      at::autocast::cached_cast(dtype, a_preact, kDevice), a_activation, a_negative_slope,
+      at::autocast::cached_cast(dtype, b, kDevice), at::autocast::cached_cast(dtype, bias, kDevice),
+      at::autocast::cached_cast(dtype, c, kDevice), activation, alpha, beta, negative_slope,
+      store_preact);
+}
+
+template <c10::DeviceType kDevice>
+std::tuple<at::Tensor, at::Tensor> gemm_glu_autocast(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    c10::string_view activation, double negative_slope, bool store_preact) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(
+      at::autocast::get_autocast_dispatch_key_from_device_type(kDevice));
+  const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(kDevice);
+  return op::gemm_glu().call(
+      at::autocast::cached_cast(dtype, a, kDevice), at::autocast::cached_cast(dtype, b_gate, kDevice),
+      at::autocast::cached_cast(dtype, b_up, kDevice),
+      at::autocast::cached_cast(dtype, bias_gate, kDevice),
+      at::autocast::cached_cast(dtype, bias_up, kDevice), activation, negative_slope, store_preact);
 }
 
 }  // namespace
@@ -65,9 +67,11 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autocast(
 TORCH_LIBRARY_IMPL(gemm_act, AutocastCUDA, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_autocast<c10::DeviceType::CUDA>);
   m.impl("gemm_act_chained", &gemm_act::gemm_act_chained_autocast<c10::DeviceType::CUDA>);
+  m.impl("gemm_glu", &gemm_act::gemm_glu_autocast<c10::DeviceType::CUDA>);
 }
 
 TORCH_LIBRARY_IMPL(gemm_act, AutocastCPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_autocast<c10::DeviceType::CPU>);
   m.impl("gemm_act_chained", &gemm_act::gemm_act_chained_autocast<c10::DeviceType::CPU>);
+  m.impl("gemm_glu", &gemm_act::gemm_glu_autocast<c10::DeviceType::CPU>);
 }

@@ -1,13 +1,13 @@
 // gemm_act_chained's forward, one for every backend: it computes gemm_act
 // of a; a_preact and its activation matter only to its backward
 // (autograd.cpp), which sends a's gradient through gemm_dact to a_preact.
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <optional>
 #include <tuple>
 
 #include "checks.h"
+#include "op_handles.h"
 
 namespace gemm_act {
 namespace {
@@ -18,13 +18,7 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_chained(
     const std::optional<at::Tensor>& c, c10::string_view activation, double alpha, double beta,
     double negative_slope, bool store_preact) {
   check_chained_input(a, a_preact, a_activation, a_negative_slope);
-  using Signature = std::tuple<at::Tensor, at::Tensor>(
-      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-      const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("gemm_act::gemm_act", "")
-                             .typed<Signature>();
-  return op.call(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
+  return op::gemm_act().call(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
 }
 
 }  // namespace

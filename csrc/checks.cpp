@@ -32,6 +32,14 @@ void check_negative_slope(Activation act, double negative_slope) {
                     negative_slope);
 }
 
+// Under the testing switch's poison_outputs, every output is NaN before its
+// kernel runs, so an element a kernel skips cannot pass a test.
+void poison_if_requested(at::Tensor& t) {
+  if (t.defined() && testing::active() && testing::overrides().poison_outputs) {
+    t.fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+}
+
 namespace {
 
 std::string shape_str(at::IntArrayRef sizes) {
@@ -94,14 +102,6 @@ void check_like(const at::Tensor& t, const at::Tensor& ref, const char* name, co
 void check_int32(int64_t size, const char* what) {
   TORCH_CHECK(size <= std::numeric_limits<int32_t>::max(), "gemm_act: ", what, " = ", size,
               " exceeds the supported maximum of 2^31 - 1");
-}
-
-// Under the testing switch's poison_outputs, every output is NaN before its
-// kernel runs, so an element a kernel skips cannot pass a test.
-void poison_if_requested(at::Tensor& t) {
-  if (t.defined() && testing::active() && testing::overrides().poison_outputs) {
-    t.fill_(std::numeric_limits<double>::quiet_NaN());
-  }
 }
 
 int64_t leading_rows(at::IntArrayRef sizes) {

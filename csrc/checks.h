@@ -23,6 +23,10 @@ Activation parse_activation(std::string_view name);
 // A ValueError when `act` cannot take `negative_slope`.
 void check_negative_slope(Activation act, double negative_slope);
 
+// Under the testing switch's poison_outputs, fills t with NaN (before a
+// kernel writes it, so an element the kernel skips cannot pass a test).
+void poison_if_requested(at::Tensor& t);
+
 // Validates gemm_act's inputs and allocates Y (and Z) for the backend to fill.
 GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
                              const std::optional<at::Tensor>& bias,

@@ -7,7 +7,6 @@
 #include <Python.h>
 
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -22,6 +21,7 @@
 
 #include "activations.h"
 #include "checks.h"
+#include "op_handles.h"
 #include "testing.h"
 #ifdef GEMM_ACT_WITH_CUDA
 #include "cuda/cuda_backends.h"
@@ -158,20 +158,14 @@ PyObject* gemm_act_call(PyObject*, PyObject* args) {
   };
   const std::optional<at::Tensor> tbias = tensor_or_none(bias, "bias");
   const std::optional<at::Tensor> tc = tensor_or_none(c, "c");
-  using Signature = std::tuple<at::Tensor, at::Tensor>(
-      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-      const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("gemm_act::gemm_act", "")
-                             .typed<Signature>();
   std::tuple<at::Tensor, at::Tensor> out;
   {
     // As ATen's Python bindings do (a Python kernel on the way, of a mode
     // or a subclass, takes the GIL back).
     pybind11::gil_scoped_release no_gil;
-    out = op.call(THPVariable_Unpack(a), THPVariable_Unpack(b), tbias, tc,
-                  c10::string_view(activation, activation_len), alpha, beta, negative_slope,
-                  store_preact != 0);
+    out = op::gemm_act().call(THPVariable_Unpack(a), THPVariable_Unpack(b), tbias, tc,
+                              c10::string_view(activation, activation_len), alpha, beta,
+                              negative_slope, store_preact != 0);
   }
   return torch::autograd::utils::wrap(std::move(out));
   END_HANDLE_TH_ERRORS

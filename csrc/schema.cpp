@@ -1,7 +1,8 @@
 // The operators' schema, declared once. Each backend registers its
 // implementation in a file of its own: cpu/register_cpu.cpp,
-// cuda/register_cuda.cpp, chained.cpp, autocast.cpp, autograd.cpp; the fake (meta)
-// kernels are Python (torch_gemm_act/ops.py).
+// cuda/register_cuda.cpp, chained.cpp, gated.cpp, autocast.cpp, autograd.cpp,
+// gated_autograd.cpp; the fake (meta) kernels are Python
+// (torch_gemm_act/ops.py).
 #include <torch/library.h>
 
 TORCH_LIBRARY(gemm_act, m) {
@@ -28,11 +29,24 @@ TORCH_LIBRARY(gemm_act, m) {
   // gemm_act of a = a_activation(a_preact), a being that value already (the
   // layer before's Y, its Z being a_preact): the same outputs as gemm_act,
   // while the gradient goes to a_preact (through gemm_dact) and not to a.
-  // The MLP backward fused across layers (torch_gemm_act.mlp, fuse_linear_act).
+  // The MLP backward fused across layers (torch_gemm_act.chain, fuse_linear_act).
   m.def(
       "gemm_act_chained(Tensor a, Tensor a_preact, str a_activation, float a_negative_slope, "
       "Tensor b, Tensor? bias, Tensor? c, str activation, float alpha, float beta, "
       "float negative_slope, bool store_preact) -> (Tensor, Tensor)");
+  // The gated activation, act(h[..., :N]) * h[..., N:]: h holds a gate's
+  // pre-activation and an up projection side by side (glu.h).
+  m.def("glu(Tensor h, str activation, float negative_slope) -> Tensor");
+  // glu's gradient with respect to h (laid out as h) from its output's; not
+  // itself differentiable.
+  m.def("glu_backward(Tensor grad_y, Tensor h, str activation, float negative_slope) -> Tensor");
+  // A gated MLP's first half, Y = act(a @ b_gate + bias_gate) * (a @ b_up +
+  // bias_up) (b_gate and b_up [K, N]); returns (Y, H), H the two projections
+  // side by side ([..., 2N], the gate's first) when store_preact, else an
+  // empty tensor.
+  m.def(
+      "gemm_glu(Tensor a, Tensor b_gate, Tensor b_up, Tensor? bias_gate, Tensor? bias_up, "
+      "str activation, float negative_slope, bool store_preact) -> (Tensor, Tensor)");
   // What gemm_act would run for these arguments (backend, kernel), computing
   // nothing: torch_gemm_act.explain.
   m.def(

@@ -19,7 +19,7 @@ def test_models_dry_run(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     # Every case, in both modes, with the fields the issue's table asks for.
     assert {(r["case"], r["mode"]) for r in rows} == {
-        (c, m) for c in ("gpt2_small_mlp", "vit_l_mlp", "llm_relu_mlp_fp16", "small_mlp_fp32")
+        (c, m) for c in ("gpt2_small_mlp", "vit_l_mlp", "llm_relu_mlp_fp16", "small_mlp_fp32", "llama_swiglu_mlp")
         for m in ("inference", "training")}
     for r in rows:
         assert set(r["ms"]) == {"eager", "fused"} and set(r["peak_bytes"]) == {"eager", "fused"}
@@ -44,3 +44,20 @@ def test_models_dry_run_compiled(tmp_path):
             assert r["compile_fusion_pairs"] == 2, r
             # In training each pair is chained to the Linear after it.
             assert r["compile_fusion_chained"] == (2 if r["mode"] == "training" else 0), r
+
+
+def test_bench_gated_row_dry_run(tmp_path):
+    """The gated MLP row: eager (two Linears, the gate, the product) beside
+    gated_linear_act, every mode, results checked against eager."""
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps({"gated": [{"M": 8, "K": 16, "N": 8, "dtype": "float32",
+                                             "activation": "swiglu"}]}))
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench.py"), "--cpu-dry-run",
+                             "--shapes", str(shapes), "--rounds", "1", "--no-compile", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (out,) = [p for p in tmp_path.iterdir() if p.name.endswith(".json") and p.name != "shapes.json"]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["mode"] for r in rows} == {"inference", "forward", "forward_backward"}
+    for r in rows:
+        assert {"torch_mm", "eager", "gemm_act"} <= set(r["ms"]) and r["correct"], r

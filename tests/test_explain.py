@@ -67,16 +67,18 @@ def _check_rule():
         assert fused.startswith("sm90: ") and fused.endswith("kmajor B [BFloat16]"), fused
     else:
         assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
-    # relu and gelu_tanh without Z, from K = 4096 and M = 256 on: cuBLASLt's
-    # own epilogue on every GPU; with Z, or at shorter K, the sm90 kernel.
+    # relu and gelu_tanh without Z, from M = 256 on, at any K: cuBLASLt's own
+    # epilogue on every GPU; with Z, or with fewer rows, the sm90 kernel.
     a4, w4 = random_operands(256, 4096, 256, torch.bfloat16, "cuda")
     bias4 = torch.randn(256, dtype=torch.bfloat16, device="cuda")
     assert tga.explain(a4, w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
     assert tga.explain(a4, w4.t(), bias4, activation="gelu_tanh") == LT + "GELU_BIAS [BFloat16]"
+    short_k = tga.explain(a4[:, :768], w4[:, :768].t(), bias4, activation="gelu_tanh")
+    assert short_k == LT + "GELU_BIAS [BFloat16]", short_k
     with_z = tga.explain(a4, w4.t(), bias4, activation="gelu_tanh", return_preact=True)
-    short_k = tga.explain(a4[:, :1024], w4[:, :1024].t(), bias4, activation="relu")
+    few_rows = tga.explain(a4[:128], w4.t(), bias4, activation="relu")
     if "sm90" in tga.testing.cuda_backends() and torch.cuda.get_device_capability() == (9, 0):
-        assert with_z.startswith("sm90: ") and short_k.startswith("sm90: "), (with_z, short_k)
+        assert with_z.startswith("sm90: ") and few_rows.startswith("sm90: "), (with_z, few_rows)
     # Exact fp32 (TF32 not allowed) goes to the library on every GPU.
     a32, b32, bias32 = _case(torch.float32)
     assert not torch.backends.cuda.matmul.allow_tf32

@@ -37,10 +37,10 @@ def _tiny_transformer(name):
                                                patch_size=8, **common)), 3),
         "gpt2": lambda: (t.GPT2Model(t.GPT2Config(n_embd=32, n_head=2, n_layer=2)), 2),
         "t5": lambda: (t.T5Model(t.T5Config(feed_forward_proj="relu", **t5)), 4),
-        # The gate projection and its activation; the product with wi_1 stays.
+        # The gated layer whole (wi_0, its activation, the product with wi_1).
         "t5_gated": lambda: (t.T5Model(t.T5Config(feed_forward_proj="gated-gelu", **t5)), 4),
         "opt": lambda: (t.OPTModel(t.OPTConfig(hidden_size=32, ffn_dim=64, word_embed_proj_dim=32, **common)), 2),
-        # gate_proj -> act_fn; the product with up_proj stays.
+        # The gated MLP whole: gate_proj, act_fn, the product with up_proj.
         "llama": lambda: (t.LlamaModel(t.LlamaConfig(hidden_size=32, intermediate_size=64,
                                                      num_key_value_heads=2, **common)), 2),
     }
@@ -96,7 +96,10 @@ def test_transformers_model_fused_by_one_call(name, device_dtype):
     assert list(fused.state_dict()) == list(eager.state_dict())
     for key, value in eager.state_dict().items():
         assert torch.equal(fused.state_dict()[key], value), key
-    kinds = (tga.LinearAct, tga.Conv1DAct)
+    kinds = (tga.LinearAct, tga.Conv1DAct, tga.LinearGate)
+    if name in ("t5_gated", "llama"):
+        assert all(act.startswith("geglu" if name == "t5_gated" else "swiglu") for _, _, act in report.fused)
+        assert sum(isinstance(m, tga.LinearUp) for m in fused.modules()) == pairs
     # Besides the pairs: the second Linear of each chain (activation "none").
     assert sum(isinstance(m, kinds) and m.activation != "none" for m in fused.modules()) == pairs
     assert sum(isinstance(m, kinds) and m.activation == "none" for m in fused.modules()) <= len(report.chained)

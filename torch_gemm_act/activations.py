@@ -26,6 +26,11 @@ USES_SLOPE = frozenset(name for name, _, slope in _TABLE if slope)
 IDENTITY = "none"
 GELU = "gelu"
 
+# The gated forms, act(x W_gate + b_gate) * (x W_up + b_up): name -> the
+# gate's activation (one of ACTIVATIONS; the operator takes that one).
+GATED = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu", "glu": "sigmoid"}
+GATED_BY_GATE = {gate: name for name, gate in GATED.items()}
+
 # name -> (the twin module's class, the attributes that make it this one).
 _TWINS = {
     "none": (nn.Identity, {}),
@@ -59,7 +64,7 @@ _FOREIGN = {
 # compute is reported by fuse_linear_act as an activation it cannot fuse.
 ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations", "timm.layers.activations")
 
-if set(_TWINS) != set(ACTIVATIONS):
+if set(_TWINS) != set(ACTIVATIONS) or not set(GATED.values()) <= set(ACTIVATIONS):
     raise ImportError(f"torch_gemm_act: the PyTorch twins ({sorted(_TWINS)}) do not match the "
                       f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
 
@@ -68,6 +73,15 @@ def check_activation(activation, negative_slope=0.01):
     """Raises ValueError for an unknown activation or a slope it cannot take,
     as the operator would."""
     _C.check_activation(str(activation), float(negative_slope))
+
+
+def gate_activation(gated):
+    """The gate's activation of the gated form `gated` (a ValueError naming
+    the forms for anything else)."""
+    gate = GATED.get(gated) if isinstance(gated, str) else None
+    if gate is None:
+        raise ValueError(f"unknown gated activation {gated!r}; expected one of: {', '.join(GATED)}")
+    return gate
 
 
 def torch_module(activation, negative_slope=0.01):

@@ -1,9 +1,10 @@
-"""The functional API: gemm_act and linear_act."""
+"""The functional API: gemm_act and linear_act, and their gated forms
+gemm_glu and gated_linear_act."""
 
 import torch
 
 from . import _C, ops
-from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
+from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, gate_activation, torch_module
 
 
 def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -79,3 +80,42 @@ def linear_act(x, weight, bias=None, activation=GELU, negative_slope=0.01):
         shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
         raise ValueError(f"linear_act: weight must be a 2-D tensor [out_features, in_features], got {shape}")
     return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
+
+
+SWIGLU = "swiglu"
+
+
+def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU, negative_slope=0.01,
+             return_preact=False):
+    """Y = act(a @ b_gate + bias_gate) * (a @ b_up + bias_up): a gated MLP's
+    two projections and its gate as one operator.
+
+    a: [..., K]; b_gate, b_up: [K, N] with any strides (``weight.t()`` goes in
+    without a copy); biases (N,) or None. ``activation``: a gated form, one of
+    ``torch_gemm_act.GATED`` (swiglu, geglu, geglu_tanh, reglu, glu). With
+    ``return_preact=True`` returns (Y, H), H = [gate, up] pre-activations
+    side by side ([..., 2N]).
+    """
+    gate = gate_activation(activation)
+    if type(a).__name__ == "DTensor" or type(b_gate).__name__ == "DTensor":
+        # No sharding strategy for the gated operator yet: DTensor runs the
+        # two projections and the product as it runs them unfused.
+        g = torch.matmul(a, b_gate) + (bias_gate if bias_gate is not None else 0)
+        u = torch.matmul(a, b_up) + (bias_up if bias_up is not None else 0)
+        y = torch_module(gate, negative_slope)(g) * u
+        return (y, torch.cat([g, u], -1)) if return_preact else y
+    y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, float(negative_slope),
+                           bool(return_preact))
+    return (y, h) if return_preact else y
+
+
+def gated_linear_act(x, gate_weight, up_weight, gate_bias=None, up_bias=None, activation=SWIGLU):
+    """``act(F.linear(x, gate_weight, gate_bias)) * F.linear(x, up_weight, up_bias)``
+    in one operator (a Llama-style MLP's gate_proj, act_fn and up_proj);
+    weights [N, K] as in nn.Linear."""
+    for name, w in (("gate_weight", gate_weight), ("up_weight", up_weight)):
+        if not isinstance(w, torch.Tensor) or w.dim() != 2:
+            shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
+            raise ValueError(f"gated_linear_act: {name} must be a 2-D tensor [out_features, in_features], "
+                             f"got {shape}")
+    return gemm_glu(x, gate_weight.t(), up_weight.t(), gate_bias, up_bias, activation=activation)

@@ -10,18 +10,25 @@ module (sharing the Linear's parameters, so state_dict keys and values stay
 as they were) and the activation's slot nn.Identity, so the module's own
 forward, unchanged, computes the same thing in one kernel. A module whose
 forward cannot be traced keeps its pairs and says why in the report.
+
+A gated MLP, ``act(gate(x)) * up(x)`` (Llama, Mistral, Qwen, Gemma, T5's
+gated layers), fuses whole: the gate's slot holds a LinearGate that
+computes the product in one operator, the up projection's slot a LinearUp
+(its parameters; it returns what leaves the product as the gate's output),
+the activation's slot nn.Identity.
 """
 
 import dataclasses
 import inspect
 import logging
+import operator
 
 import torch.fx
 from torch import nn
 
-from .activations import ACTIVATION_MODULES, IDENTITY, from_module, qualified_class_name
+from .activations import ACTIVATION_MODULES, GATED_BY_GATE, IDENTITY, from_module, qualified_class_name
 from .chain import ChainLink
-from .modules import Conv1DAct, LinearAct
+from .modules import Conv1DAct, LinearAct, LinearGate, LinearUp
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +130,15 @@ def _fuse_children(path, parent, result):
                 continue
             activation, slope = from_module(children[act_name])
             linear = children[source.target]
+            up_node = _gated_up(source, act_node, calls, children)
+            if up_node is not None and activation in GATED_BY_GATE:
+                up = LinearUp.from_linear(children[up_node.target])
+                parent._modules[source.target] = LinearGate.from_linear(linear, up, GATED_BY_GATE[activation])
+                parent._modules[up_node.target] = up
+                parent._modules[act_name] = nn.Identity()
+                result.fused.append((f"{lin_path} * {_join(path, up_node.target)}", act_path,
+                                     GATED_BY_GATE[activation]))
+                continue
             fused = (LinearAct.from_linear(linear, activation, slope) if _linear_kind(linear) == "linear"
                      else Conv1DAct.from_conv1d(linear, activation, slope))
             if _move_forward_hooks(linear, fused):
@@ -133,6 +149,32 @@ def _fuse_children(path, parent, result):
             fused_pairs.append((source.target, act_node))
     for first, act_node in fused_pairs:
         _chain(path, parent, first, act_node, calls, result)
+
+
+def _gated_up(gate_node, act_node, calls, children):
+    """The up projection's call where act(gate(x)) is used only by
+    ``act(gate(x)) * up(x)``, up an nn.Linear called once, on gate's input,
+    its output used by that product alone, and neither Linear with forward
+    hooks (a parallel plan's conversions stay with the Linear); else None."""
+    if len(act_node.users) != 1:
+        return None
+    (product,) = act_node.users
+    if product.op != "call_function" or product.target is not operator.mul or len(product.args) != 2 \
+            or product.kwargs:
+        return None
+    up = product.args[1] if product.args[0] is act_node else product.args[0]
+    if not (isinstance(up, torch.fx.Node) and up.op == "call_module" and up is not gate_node):
+        return None
+    up_module = children.get(up.target)
+    gate_module = children[gate_node.target]
+    if type(up_module) is not nn.Linear or type(gate_module) is not nn.Linear:
+        return None
+    if up.args != gate_node.args or up.kwargs or gate_node.kwargs or len(up.users) != 1 \
+            or len(calls[up.target]) != 1 or up_module.weight.shape != gate_module.weight.shape:
+        return None
+    if any(getattr(m, name, None) for m in (up_module, gate_module) for name in _FORWARD_HOOKS):
+        return None
+    return up
 
 
 def _only_call(node, calls):

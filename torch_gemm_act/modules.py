@@ -1,12 +1,37 @@
 """LinearAct (nn.Linear followed by an activation) and Conv1DAct
-(transformers' Conv1D followed by one), each as one fused op."""
+(transformers' Conv1D followed by one), each as one fused op; and the gated
+form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 
 import torch
 from torch import nn
 
-from .activations import GELU, USES_SLOPE, check_activation
+from .activations import GELU, USES_SLOPE, check_activation, gate_activation
 from .chain import chained_gemm
-from .functional import gemm_act
+from .functional import SWIGLU, gated_linear_act, gemm_act
+
+
+def _linear_parameters(module, in_features, out_features, bias, factory):
+    """nn.Linear's parameters on `module`, initialised as nn.Linear's."""
+    module.in_features = in_features
+    module.out_features = out_features
+    module.weight = nn.Parameter(torch.empty((out_features, in_features), **factory))
+    if bias:
+        module.bias = nn.Parameter(torch.empty(out_features, **factory))
+    else:
+        module.register_parameter("bias", None)
+    nn.Linear.reset_parameters(module)
+
+
+def _check_linear(linear):
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"from_linear expects an nn.Linear, got {type(linear).__name__}")
+
+
+def _share_parameters(module, linear):
+    """module, its parameters now linear's (no copy)."""
+    module.weight = linear.weight
+    module.bias = linear.bias
+    return module
 
 
 class _WithActivation(nn.Module):
@@ -50,15 +75,7 @@ class LinearAct(_WithActivation):
     def __init__(self, in_features, out_features, bias=True, activation=GELU,
                  negative_slope=0.01, device=None, dtype=None):
         super().__init__(activation, negative_slope)
-        factory = {"device": device, "dtype": dtype}
-        self.in_features = in_features
-        self.out_features = out_features
-        self.weight = nn.Parameter(torch.empty((out_features, in_features), **factory))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_features, **factory))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
 
     def reset_parameters(self):
         # nn.Linear's own initialisation, so both start from the same distribution.
@@ -67,13 +84,10 @@ class LinearAct(_WithActivation):
     @classmethod
     def from_linear(cls, linear, activation=GELU, negative_slope=0.01):
         """A LinearAct that shares ``linear``'s weight and bias (no copy)."""
-        if not isinstance(linear, nn.Linear):
-            raise TypeError(f"from_linear expects an nn.Linear, got {type(linear).__name__}")
+        _check_linear(linear)
         module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
                      activation=activation, negative_slope=negative_slope, device="meta")
-        module.weight = linear.weight
-        module.bias = linear.bias
-        return module
+        return _share_parameters(module, linear)
 
     def forward(self, x):
         return self._gemm(x, self.weight.t(), self.bias)
@@ -121,3 +135,116 @@ class Conv1DAct(_WithActivation):
 
     def extra_repr(self):
         return f"nf={self.nf}, nx={self.nx}, {self._activation_repr()}"
+
+
+class AppliedByGate:
+    """What a LinearUp returns: its projection is already a factor of its
+    LinearGate's output, and the forward's product of the two leaves that
+    output as it is (``y * APPLIED_BY_GATE is y``)."""
+
+    __slots__ = ()
+
+    def __mul__(self, other):
+        return other
+
+    __rmul__ = __mul__
+
+    def __repr__(self):
+        return "APPLIED_BY_GATE"
+
+
+APPLIED_BY_GATE = AppliedByGate()
+
+
+class LinearUp(nn.Module):
+    """The up projection of a gated MLP whose LinearGate computes the whole
+    gated product: it holds nn.Linear's parameters (the model's
+    ``up_proj.weight`` stays where it was) and returns APPLIED_BY_GATE, so
+    the forward's ``act(gate(x)) * up(x)`` is the gate's output."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
+
+    @classmethod
+    def from_linear(cls, linear):
+        """A LinearUp sharing ``linear``'s parameters."""
+        _check_linear(linear)
+        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+        return _share_parameters(module, linear)
+
+    def forward(self, x):
+        return APPLIED_BY_GATE
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, applied by its LinearGate")
+
+
+class LinearGate(nn.Module):
+    """``act(x @ weight.T + bias) * up(x)`` in one operator, ``up`` the
+    LinearUp it is paired with (``pair``): a gated MLP's gate projection,
+    activation and product (gated_linear_act). Its parameters are the
+    gate's, as nn.Linear's.
+
+    Args:
+        in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
+        activation: a gated form, one of ``torch_gemm_act.GATED``.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, activation=SWIGLU, device=None, dtype=None):
+        super().__init__()
+        gate_activation(activation)
+        self.activation = activation
+        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
+        self.__dict__["up"] = None
+
+    def pair(self, up):
+        """Takes the up projection from ``up`` (a LinearUp of the same
+        features), which stays a module of its own: its parameters keep
+        their name in the model's state_dict."""
+        if not isinstance(up, LinearUp) or (up.in_features, up.out_features) != (self.in_features,
+                                                                                 self.out_features):
+            raise ValueError(f"LinearGate({self.in_features}, {self.out_features}) pairs with a LinearUp "
+                             f"of the same features, got {up!r}")
+        self.__dict__["up"] = up
+        return self
+
+    @classmethod
+    def from_linear(cls, linear, up, activation=SWIGLU):
+        """A LinearGate sharing ``linear``'s parameters, paired with ``up``."""
+        _check_linear(linear)
+        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                     activation=activation, device="meta")
+        return _share_parameters(module, linear).pair(up)
+
+    def forward(self, x):
+        up = self.up
+        if up is None:
+            raise RuntimeError("LinearGate: no up projection; pair it with a LinearUp first")
+        return gated_linear_act(x, self.weight, up.weight, self.bias, up.bias, self.activation)
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, activation={self.activation!r}")
+
+
+class GatedLinearAct(nn.Module):
+    """``act(x @ gate_proj.weight.T + gate_proj.bias) * (x @ up_proj.weight.T +
+    up_proj.bias)``: a Llama-style MLP's first half as one operator, its
+    parameters named and initialised as two nn.Linear's (``gate_proj``,
+    ``up_proj``).
+
+    Args:
+        in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
+        activation: a gated form, one of ``torch_gemm_act.GATED``.
+    """
+
+    def __init__(self, in_features, out_features, bias=False, activation=SWIGLU, device=None, dtype=None):
+        super().__init__()
+        self.gate_proj = LinearGate(in_features, out_features, bias, activation, device=device, dtype=dtype)
+        self.up_proj = LinearUp(in_features, out_features, bias, device=device, dtype=dtype)
+        self.gate_proj.pair(self.up_proj)
+
+    def forward(self, x):
+        return self.gate_proj(x)

@@ -1,5 +1,5 @@
 """Fake (meta) kernels for the C++ operators under torch.ops.gemm_act; their
-autograd is registered in C++ (csrc/autograd.cpp)."""
+autograd is registered in C++ (csrc/autograd.cpp, csrc/gated_autograd.cpp)."""
 
 import torch
 
@@ -52,3 +52,39 @@ def _gemm_act_chained_fake(a, a_preact, a_activation, a_negative_slope, b, bias,
 @torch.library.register_fake("gemm_act::bias_grad")
 def _bias_grad_fake(grad, bias):
     return grad.new_empty(bias.shape)
+
+
+glu_op = torch.ops.gemm_act.glu.default
+gemm_glu_op = torch.ops.gemm_act.gemm_glu.default
+
+
+def _glu_out_shape(h, name):
+    torch._check(h.dim() >= 1 and h.shape[-1] % 2 == 0,
+                 lambda: f"{name}: h must hold the gate and up projections side by side in its last "
+                         f"dimension (an even size), got shape {tuple(h.shape)}")
+    return (*h.shape[:-1], h.shape[-1] // 2)
+
+
+@torch.library.register_fake("gemm_act::glu")
+def _glu_fake(h, activation, negative_slope):
+    return h.new_empty(_glu_out_shape(h, "glu"))
+
+
+@torch.library.register_fake("gemm_act::glu_backward")
+def _glu_backward_fake(grad_y, h, activation, negative_slope):
+    torch._check(tuple(grad_y.shape) == _glu_out_shape(h, "glu_backward"),
+                 lambda: "glu_backward: grad_y must have h's shape with its last dimension halved")
+    return h.new_empty(h.shape)
+
+
+@torch.library.register_fake("gemm_act::gemm_glu")
+def _gemm_glu_fake(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope, store_preact):
+    torch._check(b_gate.dim() == 2 and tuple(b_gate.shape) == tuple(b_up.shape),
+                 lambda: f"gemm_glu: b_gate and b_up must both be 2-D [K, N] of one shape, got "
+                         f"{tuple(b_gate.shape)} and {tuple(b_up.shape)}")
+    torch._check(a.dim() >= 1 and a.shape[-1] == b_gate.shape[0],
+                 lambda: f"gemm_glu: a {tuple(a.shape)} and b_gate {tuple(b_gate.shape)} cannot be multiplied")
+    n = b_gate.shape[1]
+    y = a.new_empty((*a.shape[:-1], n))
+    h = a.new_empty((*a.shape[:-1], 2 * n)) if store_preact else a.new_empty(0)
+    return y, h

@@ -3,10 +3,14 @@
 #pragma once
 
 #include "backend_args.h"
+#include "glu.h"
 
 namespace gemm_act {
 
 void gemm_act_cpu(const GemmActArgs& args);
 void activation_backward_cpu(const ActivationBackwardArgs& args);
+// The gated activation's passes (glu_cpu.cpp, glu.h).
+void glu_forward_cpu(const GluParams& params, at::ScalarType dtype);
+void glu_backward_cpu(const GluParams& params, at::ScalarType dtype);
 
 }  // namespace gemm_act

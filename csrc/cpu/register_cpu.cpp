@@ -6,6 +6,7 @@
 #include "checks.h"
 #include "cpu/cpu_backend.h"
 #include "dact_unfused.h"
+#include "glu_ops.h"
 
 namespace gemm_act {
 namespace {
@@ -30,4 +31,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("gemm_dact",
          &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_unfused<gemm_act::activation_backward_cpu>>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);
+  m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_forward_cpu>);
+  m.impl("glu_backward", &gemm_act::glu_backward_impl<gemm_act::glu_backward_cpu>);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend_args.h"
+#include "glu.h"
 
 namespace gemm_act {
 
@@ -38,5 +39,9 @@ std::vector<KernelInfo> compiled_kernels();
 
 // The backward's elementwise pass (backward/activation_backward.cu).
 void activation_backward_cuda(const ActivationBackwardArgs& args);
+
+// The gated activation's passes (glu/glu_pass.cu).
+void glu_forward_cuda(const GluParams& params, at::ScalarType dtype);
+void glu_backward_cuda(const GluParams& params, at::ScalarType dtype);
 
 }  // namespace gemm_act

@@ -21,6 +21,7 @@
 //     through the testing switch while the library takes every case.
 //
 // The backward's elementwise pass has one backend (cuda/backward).
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -39,6 +40,7 @@
 #include "cuda/library/library_backend.h"
 #include "cuda/simt/simt_backend.h"
 #include "dact_unfused.h"
+#include "glu_ops.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
 #endif
@@ -134,6 +136,15 @@ void activation_backward_checked(const ActivationBackwardArgs& args) {
   activation_backward_cuda(args);
 }
 
+// The gated activation's passes, on a GPU this build has an image for.
+template <GluPass Pass>
+void glu_checked(const GluParams& params, at::ScalarType dtype) {
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  check_device_supported(device);
+  Pass(params, dtype);
+}
+
 }  // namespace
 
 std::vector<std::string> cuda_forward_backends() {
@@ -162,4 +173,7 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
+  m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_checked<gemm_act::glu_forward_cuda>>);
+  m.impl("glu_backward",
+         &gemm_act::glu_backward_impl<gemm_act::glu_checked<gemm_act::glu_backward_cuda>>);
 }

@@ -77,35 +77,25 @@ const char* dtype_name(Dtype dtype) {
 
 const char* layout_name(BLayout layout) { return layout == BLayout::KMajor ? "kmajor" : "nmajor"; }
 
-// Runs kernel (config, dtype, layout, act) if this build compiled it.
+// Runs kernel (config, dtype, layout, act), of gemm_act or gemm_dact as the
+// configuration computes, if this build compiled it.
 LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation act,
                     const LaunchArgs& la) {
   LaunchResult result{LaunchStatus::kUnknownConfig, cudaSuccess,
                       "the configuration is not compiled for this dtype and B layout"};
-#define GEMM_ACT_SM90_CASE(C, D, L)                                                      \
-  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {          \
-    GEMM_ACT_DISPATCH_ACTIVATION(                                                        \
-        act, result = launch_kernel<KernelConfig::C, Dtype::D, BLayout::L, kAct>(la));  \
-    return result;                                                                       \
+#define GEMM_ACT_SM90_CASE(C, D, L, run)                                                   \
+  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {            \
+    GEMM_ACT_DISPATCH_ACTIVATION(                                                          \
+        act, result = run<KernelConfig::C, Dtype::D, BLayout::L, kAct>(la));               \
+    return result;                                                                         \
   }
-  GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_CASE)
-#undef GEMM_ACT_SM90_CASE
-  return result;
-}
-
-// Runs gemm_dact kernel (config, dtype, layout, act) if this build compiled it.
-LaunchResult launch_dact(KernelConfig config, Dtype dtype, BLayout layout, Activation act,
-                         const LaunchArgs& la) {
-  LaunchResult result{LaunchStatus::kUnknownConfig, cudaSuccess,
-                      "the configuration is not compiled for this dtype and B layout"};
-#define GEMM_ACT_SM90_DACT_CASE(C, D, L)                                                      \
-  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {               \
-    GEMM_ACT_DISPATCH_ACTIVATION(                                                             \
-        act, result = launch_dact_kernel<KernelConfig::C, Dtype::D, BLayout::L, kAct>(la));  \
-    return result;                                                                            \
-  }
+#define GEMM_ACT_SM90_GEMM_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_kernel)
+#define GEMM_ACT_SM90_DACT_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_dact_kernel)
+  GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_GEMM_CASE)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_DACT_CASE)
 #undef GEMM_ACT_SM90_DACT_CASE
+#undef GEMM_ACT_SM90_GEMM_CASE
+#undef GEMM_ACT_SM90_CASE
   return result;
 }
 
@@ -140,26 +130,39 @@ std::optional<Dtype> sm90_dtype(at::ScalarType type) {
   }
 }
 
-// Launches on operands TMA can address (checked by the caller).
-bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device,
-                const DeviceInfo& info, cudaStream_t stream) {
-  const GemmActParams& p = args.params;
-  Workspace workspace{args.a.options().dtype(at::kByte), {}};
+// The launch arguments of a case on `device` (its configuration and tile
+// order still to choose), its workspace taken from `workspace`.
+LaunchArgs launch_args(const GemmActParams& p, int device, Workspace& workspace,
+                       cudaStream_t stream) {
   LaunchArgs la;
   la.params = &p;
   la.device = device;
-  la.sm_count = info.sm_count;
+  la.sm_count = device_info(device).sm_count;
   la.alloc_workspace = &alloc_workspace;
   la.alloc_ctx = &workspace;
   la.stream = stream;
+  return la;
+}
+
+// The configuration the testing switch forces, if any.
+std::optional<KernelConfig> forced_config() {
+  if (!testing::active()) return std::nullopt;
+  const std::string forced = testing::overrides().sm90_kernel;
+  if (forced.empty()) return std::nullopt;
+  return config_named(forced);
+}
+
+// Launches on operands TMA can address (checked by the caller).
+bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device,
+                cudaStream_t stream) {
+  const GemmActParams& p = args.params;
+  Workspace workspace{args.a.options().dtype(at::kByte), {}};
+  LaunchArgs la = launch_args(p, device, workspace, stream);
   choose_launch(p, dtype, layout, la);
-  if (testing::active()) {
-    const std::string forced = testing::overrides().sm90_kernel;
-    if (!forced.empty()) {
-      la.config = config_named(forced);
-      TORCH_CHECK_VALUE(!computes_dact(la.config), "gemm_act: the forced sm90 kernel '", forced,
-                        "' computes gemm_dact, not gemm_act");
-    }
+  if (const std::optional<KernelConfig> forced = forced_config()) {
+    la.config = *forced;
+    TORCH_CHECK_VALUE(!computes_dact(la.config), "gemm_act: the forced sm90 kernel '",
+                      config_name(la.config), "' computes gemm_dact, not gemm_act");
   }
 
   const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
@@ -211,18 +214,17 @@ bool library_is_eager(const GemmActParams& p) {
 constexpr int64_t kMaxDirectK = 4096;
 
 // cuBLASLt's own RELU and GELU (tanh form) epilogues, without Z (relu never
-// stores Z: its derivative comes from Y), were faster than this family from
-// K = 4096 on (time / eager: 8192x4096x16384 bf16 gelu_tanh 0.86 against
-// 1.03, relu 0.86 against 1.01; 4096^3 gelu_tanh 0.90 against 0.99, relu
-// tf32 0.93 against 0.96) and level at shorter K or M = 128 (32768x768x3072
-// gelu_tanh 0.74 against 0.75). The library runs them when it can
-// (library::cublaslt_fuses_activation).
-constexpr int64_t kMinLibraryActivationK = 4096;
+// stores Z: its derivative comes from Y), run wherever M >= 256 (time /
+// eager: 8192x4096x16384 bf16 gelu_tanh 0.86 against this family's 1.03,
+// relu 0.86 against 1.01; 4096^3 gelu_tanh 0.90 against 0.99; 32768x768x3072
+// gelu_tanh 0.71 against 0.76; GPT-2's MLP x12 inference, K = 768, 0.85
+// against 0.90 on an H200). One shape went the other way, 16384x1024x4096
+// gelu_tanh 0.77 against 0.74, still level with torch._addmm_activation. The
+// library runs them when it can (library::cublaslt_fuses_activation).
 constexpr int64_t kMinLibraryActivationM = 256;
 bool library_epilogue_is_faster(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
-  return p.z == nullptr && p.k >= kMinLibraryActivationK && p.m >= kMinLibraryActivationM &&
-         library::cublaslt_fuses_activation(args);
+  return p.z == nullptr && p.m >= kMinLibraryActivationM && library::cublaslt_fuses_activation(args);
 }
 
 Sm90Case classify(const GemmActArgs& args) {
@@ -272,8 +274,7 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   const Sm90Case c = classify(args);
   if (c.route == Route::kDecline) return false;
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(c.device));
-  const DeviceInfo& info = device_info(c.device);
-  if (c.route == Route::kDirect) return run_direct(args, c.dtype, c.layout, c.device, info, stream);
+  if (c.route == Route::kDirect) return run_direct(args, c.dtype, c.layout, c.device, stream);
   const int64_t align = 16 / element_bytes(c.dtype);
   const bool n_major_b_ok = c.dtype != Dtype::F32;
   const StagedCase staged = stage_operands(args, align, n_major_b_ok);
@@ -283,7 +284,7 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
                         "gemm_act: staging left an operand TMA cannot read");
   // CUTLASS declining a staged case would waste the copies; it cannot, since
   // the staged operands meet every rule it checks.
-  TORCH_CHECK(run_direct(staged.args, c.dtype, *staged_layout, c.device, info, stream),
+  TORCH_CHECK(run_direct(staged.args, c.dtype, *staged_layout, c.device, stream),
               "gemm_act: the sm90 kernel declined a staged case");
   copy_out(staged);
   return true;
@@ -304,22 +305,14 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream) {
   }
 
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  LaunchArgs la;
-  la.params = &p;
-  la.device = device;
-  la.sm_count = device_info(device).sm_count;
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
-  la.alloc_workspace = &alloc_workspace;
-  la.alloc_ctx = &workspace;
-  la.stream = stream;
+  LaunchArgs la = launch_args(p, device, workspace, stream);
   choose_launch(p, *dtype, *layout, la);  // the tile order; the configuration is gemm_dact's
   la.config = KernelConfig::cooperative_128x256_c1x2_dact;
-  if (testing::active()) {
-    const std::string forced = testing::overrides().sm90_kernel;
-    if (!forced.empty() && computes_dact(config_named(forced))) la.config = config_named(forced);
-  }
+  const std::optional<KernelConfig> forced = forced_config();
+  if (forced.has_value() && computes_dact(*forced)) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
-  const LaunchResult result = launch_dact(la.config, *dtype, *layout, p.activation, la);
+  const LaunchResult result = launch(la.config, *dtype, *layout, p.activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return false;
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_dact: the sm90 kernel '",
               config_name(la.config), "' failed at ", result.what, ": ",

@@ -1,0 +1,74 @@
+// Typed handles of this library's operators, each looked up once, for calling them through the
+// dispatcher from C++ (autograd, autocast, the chained forward, the Python
+// entry point): each signature written once, to match schema.cpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <tuple>
+
+namespace gemm_act {
+namespace op {
+
+using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
+using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, c10::string_view, double, const at::Tensor&,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view, double,
+    double, double, bool);
+using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
+using BiasGradSignature = at::Tensor(const at::Tensor&, const at::Tensor&);
+using GluSignature = at::Tensor(const at::Tensor&, c10::string_view, double);
+using GluBackwardSignature = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view,
+                                        double);
+using GemmGluSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, c10::string_view, double, bool);
+using GemmDactSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     c10::string_view, double, double);
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> find(const char* qualified_name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name, "").typed<Signature>();
+}
+
+inline const c10::TypedOperatorHandle<GemmActSignature>& gemm_act() {
+  static const auto h = find<GemmActSignature>("gemm_act::gemm_act");
+  return h;
+}
+inline const c10::TypedOperatorHandle<GemmActChainedSignature>& gemm_act_chained() {
+  static const auto h = find<GemmActChainedSignature>("gemm_act::gemm_act_chained");
+  return h;
+}
+inline const c10::TypedOperatorHandle<ActivationBackwardSignature>& activation_backward() {
+  static const auto h = find<ActivationBackwardSignature>("gemm_act::activation_backward");
+  return h;
+}
+inline const c10::TypedOperatorHandle<BiasGradSignature>& bias_grad() {
+  static const auto h = find<BiasGradSignature>("gemm_act::bias_grad");
+  return h;
+}
+inline const c10::TypedOperatorHandle<GemmDactSignature>& gemm_dact() {
+  static const auto h = find<GemmDactSignature>("gemm_act::gemm_dact");
+  return h;
+}
+
+inline const c10::TypedOperatorHandle<GluSignature>& glu() {
+  static const auto h = find<GluSignature>("gemm_act::glu");
+  return h;
+}
+inline const c10::TypedOperatorHandle<GluBackwardSignature>& glu_backward() {
+  static const auto h = find<GluBackwardSignature>("gemm_act::glu_backward");
+  return h;
+}
+inline const c10::TypedOperatorHandle<GemmGluSignature>& gemm_glu() {
+  static const auto h = find<GemmGluSignature>("gemm_act::gemm_glu");
+  return h;
+}
+
+}  // namespace op
+}  // namespace gemm_act

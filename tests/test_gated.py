@@ -1,0 +1,226 @@
+"""The gated activations: gemm_glu / gated_linear_act, its operators (glu,
+glu_backward) and the modules, against float64 references and eager
+PyTorch (two Linears, the activation, the product)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from reference import TOL, torch_twin
+
+GATED = list(tga.GATED)
+
+
+def _operands(m, k, n, dtype, device, bias, requires_grad=False):
+    scale = 1.0 / k ** 0.5
+    a = torch.randn(m, k, dtype=torch.float64)
+    wg, wu = (torch.randn(n, k, dtype=torch.float64) * scale for _ in range(2))
+    bg, bu = (torch.randn(n, dtype=torch.float64) if bias else None for _ in range(2))
+
+    def to(t):
+        return None if t is None else t.to(device=device, dtype=dtype).requires_grad_(requires_grad)
+    a, wg, wu, bg, bu = map(to, (a, wg, wu, bg, bu))
+    return a, wg, wu, bg, bu
+
+
+def _reference64(a, wg, wu, bg, bu, activation, negative_slope=0.01):
+    d = [None if t is None else t.detach().double().cpu() for t in (a, wg, wu, bg, bu)]
+    g = F.linear(d[0], d[1], d[3])
+    u = F.linear(d[0], d[2], d[4])
+    return torch_twin(tga.GATED[activation], negative_slope)(g) * u, torch.cat([g, u], -1)
+
+
+def _close(actual, expected, dtype, normwise=False):
+    # normwise: atol a fraction of the largest element (a gradient summed
+    # over rows of 16-bit terms cancels in places).
+    rtol, atol = TOL[dtype]
+    if normwise:
+        atol *= max(1.0, expected.abs().max().item())
+    torch.testing.assert_close(actual.detach().double().cpu(), expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("activation", GATED)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("bias", [False, True])
+def test_gated_linear_act_matches_float64(device, activation, dtype, bias):
+    a, wg, wu, bg, bu = _operands(67, 40, 24, dtype, device, bias)
+    y, h = tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation=activation, return_preact=True)
+    y_ref, h_ref = _reference64(a, wg, wu, bg, bu, activation)
+    assert y.shape == (67, 24) and h.shape == (67, 48) and y.dtype == dtype
+    _close(y, y_ref, dtype)
+    _close(h, h_ref, dtype)
+    _close(tga.gated_linear_act(a, wg, wu, bg, bu, activation), y_ref, dtype)
+
+
+@pytest.mark.parametrize("n", [8, 13, 64])
+def test_gemm_glu_b_layouts_batches_and_odd_widths(device, n):
+    # b row-major [K, N] and a weight's transpose; a with two leading
+    # dimensions; N a multiple of the 16-byte width or not.
+    a = torch.randn(3, 5, 32, device=device)
+    bg, bu = torch.randn(32, n, device=device) / 6, torch.randn(n, 32, device=device).t() / 6
+    y = tga.gemm_glu(a, bg, bu, activation="geglu")
+    ref = F.gelu(a.double() @ bg.double()) * (a.double() @ bu.double())
+    assert y.shape == (3, 5, n)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", GATED)
+def test_gemm_glu_gradcheck(activation):
+    a, wg, wu, bg, bu = _operands(6, 5, 4, torch.float64, "cpu", True, requires_grad=True)
+
+    def f(a, wg, wu, bg, bu):
+        return tga.gated_linear_act(a, wg, wu, bg, bu, activation)
+    assert torch.autograd.gradcheck(f, (a, wg, wu, bg, bu))
+
+
+@pytest.mark.parametrize("activation", GATED)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_backward_matches_eager(device, activation, dtype):
+    a, wg, wu, bg, bu = _operands(50, 32, 24, dtype, device, True, requires_grad=True)
+    gy = torch.randn(50, 24, device=device, dtype=dtype)
+    leaves = (a, wg, wu, bg, bu)
+    tga.gated_linear_act(a, wg, wu, bg, bu, activation).backward(gy)
+    got = [t.grad.clone() for t in leaves]
+    d = [t.detach().double().cpu().requires_grad_(True) for t in leaves]
+    gate = torch_twin(tga.GATED[activation])(F.linear(d[0], d[1], d[3]))
+    (gate * F.linear(d[0], d[2], d[4])).backward(gy.double().cpu())
+    for g, r in zip(got, d):
+        _close(g, r.grad, dtype, normwise=True)
+
+
+def test_gemm_glu_preact_gradient_flows(device):
+    # A loss on H as well as Y: both reach the operands.
+    a, wg, wu, bg, bu = _operands(9, 8, 6, torch.float64, device, True, requires_grad=True)
+    y, h = tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation="swiglu", return_preact=True)
+    (y.sum() + (h ** 2).sum()).backward()
+    d = [t.detach().clone().requires_grad_(True) for t in (a, wg, wu, bg, bu)]
+    g, u = F.linear(d[0], d[1], d[3]), F.linear(d[0], d[2], d[4])
+    ((F.silu(g) * u).sum() + (torch.cat([g, u], -1) ** 2).sum()).backward()
+    for t, r in zip((a, wg, wu, bg, bu), d):
+        torch.testing.assert_close(t.grad, r.grad)
+
+
+def test_gemm_glu_opcheck(device):
+    a, wg, wu, bg, bu = _operands(7, 16, 8, torch.float32, device, True, requires_grad=True)
+    for store in (False, True):
+        torch.library.opcheck(torch.ops.gemm_act.gemm_glu.default, (a, wg.t(), wu.t(), bg, bu, "silu", 0.01, store))
+    h = torch.randn(5, 16, device=device)
+    torch.library.opcheck(torch.ops.gemm_act.glu.default, (h, "gelu", 0.01))
+    torch.library.opcheck(torch.ops.gemm_act.glu_backward.default, (torch.randn(5, 8, device=device), h, "gelu", 0.01))
+
+
+def test_gemm_glu_errors_say_what_was_given():
+    a, w = torch.randn(4, 8), torch.randn(8, 6)
+    with pytest.raises(ValueError, match="unknown gated activation 'silu'; expected one of: swiglu"):
+        tga.gemm_glu(a, w, w, activation="silu")
+    with pytest.raises(ValueError, match=r"b_gate and b_up must both be 2-D \[K, N\] of one shape"):
+        tga.gemm_glu(a, w, torch.randn(8, 5))
+    with pytest.raises(ValueError, match=r"cannot be multiplied .*K = 7"):
+        tga.gemm_glu(a, torch.randn(7, 6), torch.randn(7, 6))
+    with pytest.raises(ValueError, match="bias_up must be 1-D with N = 6 elements, got shape"):
+        tga.gemm_glu(a, w, w, None, torch.randn(5))
+    with pytest.raises(TypeError, match="every operand must have a's dtype and device"):
+        tga.gemm_glu(a, w, w.double())
+    with pytest.raises(ValueError, match="an even size"):
+        torch.ops.gemm_act.glu(torch.randn(3, 5), "silu", 0.01)
+    with pytest.raises(ValueError, match="2-D tensor"):
+        tga.gated_linear_act(a, torch.randn(6), w.t())
+
+
+def test_gated_linear_act_under_autocast(device):
+    a, wg, wu, _, _ = _operands(16, 32, 8, torch.float32, device, False)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        y = tga.gated_linear_act(a, wg, wu)
+    assert y.dtype == torch.bfloat16
+    _close(y, _reference64(a, wg, wu, None, None, "swiglu")[0], torch.bfloat16)
+
+
+class _LlamaMLP(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(d, hidden, bias=False)
+        self.up_proj = nn.Linear(d, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_gated_module_is_two_linears(device):
+    torch.manual_seed(0)
+    module = tga.GatedLinearAct(16, 24, bias=True, activation="geglu_tanh").to(device)
+    assert list(module.state_dict()) == ["gate_proj.weight", "gate_proj.bias", "up_proj.weight", "up_proj.bias"]
+    torch.manual_seed(0)
+    twins = [nn.Linear(16, 24).to(device) for _ in range(2)]
+    for ours, theirs in zip((module.gate_proj, module.up_proj), twins):
+        torch.testing.assert_close(ours.weight, theirs.weight)  # nn.Linear's initialisation
+    x = torch.randn(10, 16, device=device)
+    expected = (F.gelu(F.linear(x, module.gate_proj.weight, module.gate_proj.bias), approximate="tanh")
+                * F.linear(x, module.up_proj.weight, module.up_proj.bias))
+    torch.testing.assert_close(module(x), expected, rtol=1e-5, atol=1e-5)
+    copied = copy.deepcopy(module)
+    assert copied.gate_proj.up is copied.up_proj
+    with torch.no_grad():
+        copied.up_proj.weight.zero_()
+        copied.up_proj.bias.zero_()
+    assert copied(x).abs().max() == 0 and module(x).abs().max() > 0
+
+
+def test_gated_module_compiles_without_graph_break():
+    module = tga.GatedLinearAct(16, 24)
+    x = torch.randn(10, 16, requires_grad=True)
+    compiled = torch.compile(module, backend="aot_eager", fullgraph=True)
+    y = compiled(x)
+    torch.testing.assert_close(y, module(x))
+    y.sum().backward()
+    assert x.grad is not None and module.gate_proj.weight.grad is not None
+
+
+@requires_cuda
+def test_glu_pass_misaligned_views_cuda():
+    # h a view that starts off a 16-byte boundary: the pass takes the narrow path.
+    base = torch.randn(9 * 64 + 1, device="cuda", dtype=torch.bfloat16)
+    h = base[1:].view(9, 64)
+    y = torch.ops.gemm_act.glu(h, "silu", 0.01)
+    ref = F.silu(h[:, :32].double()) * h[:, 32:].double()
+    torch.testing.assert_close(y.double(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("act", [nn.SiLU, nn.ReLU])
+def test_fuse_linear_act_fuses_a_gated_mlp_whole(device, act):
+    torch.manual_seed(0)
+    eager = _LlamaMLP(16, 32).to(device)
+    eager.act_fn = act()
+    fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)
+    assert report.fused == [("gate_proj * up_proj", "act_fn", "swiglu" if act is nn.SiLU else "reglu")]
+    assert isinstance(fused.gate_proj, tga.LinearGate) and isinstance(fused.up_proj, tga.LinearUp)
+    assert fused.gate_proj.up is fused.up_proj and isinstance(fused.act_fn, nn.Identity)
+    assert list(fused.state_dict()) == list(eager.state_dict())
+    assert fused.gate_proj.weight is dict(fused.named_parameters())["gate_proj.weight"]
+    x = torch.randn(2, 9, 16, device=device)
+    y_e, y_f = eager(x), fused(x)
+    torch.testing.assert_close(y_f, y_e, rtol=1e-5, atol=1e-5)
+    gy = torch.randn_like(y_e)
+    y_e.backward(gy)
+    y_f.backward(gy)
+    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(p_f.grad, p_e.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+class _UpUsedTwice(_LlamaMLP):
+    def forward(self, x):
+        up = self.up_proj(x)
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * up) + up.sum()
+
+
+def test_fuse_leaves_the_product_where_up_is_used_elsewhere():
+    fused, report = tga.fuse_linear_act(_UpUsedTwice(16, 32), report=True)
+    # Only the gate projection and its activation, as for any pair.
+    assert report.fused == [("gate_proj", "act_fn", "silu")], str(report)
+    assert isinstance(fused.up_proj, nn.Linear)
