@@ -97,6 +97,15 @@ def run_cases(only_bf16_weight_t, small):
             for bias_shape in ((n,), (m, 1), ()):  # bias_grad: the reduction without dZ
                 torch.ops.gemm_act.bias_grad(saved, torch.empty(bias_shape, device=dev, dtype=dtype))
                 count += 1
+    # The gated activation's passes: N a multiple of the 16-byte width or
+    # not, h starting on a 16-byte boundary or not.
+    for dtype in (torch.bfloat16, torch.float32):
+        for m, n in ((33, 64), (17, 13)):
+            base = torch.randn(m * 2 * n + 1, device=dev, dtype=dtype)
+            for h in (base[: m * 2 * n].view(m, 2 * n), base[1:].view(m, 2 * n)):
+                y = torch.ops.gemm_act.glu(h, "silu", 0.01)
+                torch.ops.gemm_act.glu_backward(torch.randn_like(y), h, "gelu", 0.01)
+                count += 2
     if small:
         return count
     # Strided / unaligned views.

@@ -221,7 +221,13 @@ def test_tensor_core_shapes(activation, bias_kind, dtype, b_layout, with_c, m, k
     assert_close(z, z_ref, dtype)
     assert_close(y, y_ref, dtype)
     y_only = tga.gemm_act(a, b, bias, c, activation=activation, alpha=1.5, beta=beta, negative_slope=0.1)
-    assert torch.equal(y_only, y)
+    # Bit for bit where the same kernel runs with and without Z (the rule
+    # sends relu/gelu_tanh without Z from M = 256 to cuBLASLt's epilogue).
+    args = dict(activation=activation, alpha=1.5, beta=beta, negative_slope=0.1)
+    if tga.explain(a, b, bias, c, **args) == tga.explain(a, b, bias, c, return_preact=True, **args):
+        assert torch.equal(y_only, y)
+    else:
+        assert_close(y_only, y_ref, dtype)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
