@@ -124,3 +124,44 @@ def test_addmm_with_a_bias_per_column_only(fusion):
     x = torch.randn(4, 16)
     torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x), rtol=1e-5, atol=1e-6)
     assert fusion.fused == 1
+
+
+def test_gated_mlp_becomes_one_gemm_glu(fusion):
+    """transformers' LlamaMLP, unchanged: its gate projection, activation and
+    product become one gemm_glu, forward and backward as fusing it by hand."""
+    t = transformers
+    from transformers.models.llama.modeling_llama import LlamaMLP
+    torch.manual_seed(0)
+    mlp = LlamaMLP(t.LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
+                                 num_key_value_heads=2))
+    by_hand, report = tga.fuse_linear_act(copy.deepcopy(mlp), report=True)
+    assert [act for _, _, act in report.fused] == ["swiglu"]
+    seen = []
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(mlp, backend=counter, fullgraph=True, dynamic=True)
+    for batch in (3, 6):
+        x = torch.randn(batch, 5, 16, requires_grad=True)
+        x_hand = x.detach().clone().requires_grad_()
+        y, y_hand = compiled(x), by_hand(x_hand)
+        torch.testing.assert_close(y, y_hand, rtol=1e-5, atol=1e-6)
+        grad = torch.randn_like(y)
+        y.backward(grad)
+        y_hand.backward(grad)
+        torch.testing.assert_close(x.grad, x_hand.grad, rtol=1e-5, atol=1e-6)
+        seen.append((fusion.fused, fusion.gated))
+    assert seen[0] == (1, 1) and counter.frame_count == 1
+    for (name, p), p_hand in zip(mlp.named_parameters(), by_hand.parameters()):
+        torch.testing.assert_close(p.grad, p_hand.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_gated_product_left_when_up_is_used_elsewhere(fusion):
+    torch.manual_seed(0)
+    gate, up = nn.Linear(8, 12), nn.Linear(8, 12)
+
+    def f(x):
+        u = up(x)
+        return torch.nn.functional.silu(gate(x)) * u + u
+
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x), rtol=1e-5, atol=1e-6)
+    assert fusion.fused == 1 and fusion.gated == 0  # gate -> silu as a pair; the product stays

@@ -224,3 +224,15 @@ def test_fuse_leaves_the_product_where_up_is_used_elsewhere():
     # Only the gate projection and its activation, as for any pair.
     assert report.fused == [("gate_proj", "act_fn", "silu")], str(report)
     assert isinstance(fused.up_proj, nn.Linear)
+
+
+def test_fused_gated_mlp_compiles_without_graph_break():
+    """The fused module's forward, unchanged, multiplies the gate's output by
+    what LinearUp returns: Dynamo traces that in one graph."""
+    torch.manual_seed(0)
+    eager = _LlamaMLP(16, 32)
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    compiled = torch.compile(fused, backend="aot_eager", fullgraph=True, dynamic=True)
+    for batch in (3, 7):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)

@@ -9,7 +9,8 @@ then traces the operator's own backward, so forward and backward are both
 the fused ones, with the same numerics as fusing the modules by hand. A
 pair whose pre-activation is used elsewhere too is left alone. A pair whose
 output feeds one Linear alone is chained to it, as fuse_linear_act chains
-modules (torch_gemm_act.chain).
+modules (torch_gemm_act.chain). A gated MLP's ``act(F.linear(x, w_gate)) *
+F.linear(x, w_up)`` becomes one ``gemm_glu``, as fuse_linear_act fuses it.
 """
 
 import operator
@@ -19,7 +20,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .activations import check_activation
+from .activations import GATED_BY_GATE, check_activation
 from .chain import fused_dact_runs
 from .functional import _PLAIN, _needs_grad, _stores_preact
 
@@ -83,9 +84,10 @@ def _value(node):
 
 
 def fuse_graph(graph):
-    """Rewrites graph in place; returns (pairs fused, pairs chained to the
-    Linear after them)."""
+    """Rewrites graph in place; returns (pairs fused, gated MLPs among them,
+    pairs chained to the Linear after them)."""
     pairs = []  # (gemm_act node, its Y node, activation, slope, x's example value, needs grad)
+    gated = 0
     for act_node in list(graph.nodes):
         act = _activation_of(act_node)
         if act is None or not isinstance(act_node.args[0], torch.fx.Node):
@@ -99,6 +101,9 @@ def fuse_graph(graph):
         try:
             check_activation(activation, slope)
         except ValueError:
+            continue
+        if _fuse_gated(graph, gemm_node, gemm, act_node, activation, slope):
+            gated += 1
             continue
         # Z where the backward needs it, as gemm_act decides from the tensors
         # the graph was captured with.
@@ -117,7 +122,37 @@ def fuse_graph(graph):
     # Last first: a pair that is both the second layer of one chain and the
     # first of the next has its Z stored before its own node is replaced.
     chained = sum(_chain(graph, *pair) for pair in reversed(pairs))
-    return len(pairs), chained
+    return len(pairs) + gated, gated, chained
+
+
+def _fuse_gated(graph, gate_node, gate, act_node, activation, slope):
+    """Where act(F.linear(x, w_gate, b_gate)) is used only by its product
+    with F.linear(x, w_up, b_up) (that product its only use, the weights of
+    one shape), replaces the four with one gemm_glu; returns whether it did."""
+    if activation not in GATED_BY_GATE or not gate[3] or len(act_node.users) != 1:
+        return False
+    (product,) = act_node.users
+    if product.op != "call_function" or product.target not in (operator.mul, torch.mul) or \
+            len(product.args) != 2 or product.kwargs:
+        return False
+    up_node = product.args[1] if product.args[0] is act_node else product.args[0]
+    up = _gemm_of(up_node) if isinstance(up_node, torch.fx.Node) and up_node is not gate_node else None
+    if up is None or not up[3] or up[0] is not gate[0] or len(up_node.users) != 1:
+        return False
+    w_gate, w_up = _value(gate[1]), _value(up[1])
+    if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.shape == w_up.shape):
+        return False
+    with graph.inserting_before(product):
+        b_gate = graph.call_function(torch.t, (gate[1],))
+        b_up = graph.call_function(torch.t, (up[1],))
+        out = graph.call_function(torch.ops.gemm_act.gemm_glu.default,
+                                  (gate[0], b_gate, b_up, gate[2], up[2], activation, slope, False))
+        y = graph.call_function(operator.getitem, (out, 0))
+    y.meta.update(product.meta)
+    product.replace_all_uses_with(y)
+    for node in (product, act_node, up_node, gate_node):
+        graph.erase_node(node)
+    return True
 
 
 def _chain(graph, out, y, activation, slope, x_value, needs_grad):
@@ -172,13 +207,15 @@ class _FusionPass(CustomGraphPass):
     def __init__(self, previous):
         self.previous = previous  # a pass that was set before; it still runs, first
         self.fused = 0            # pairs fused so far, for the tests
+        self.gated = 0            # of them, gated MLPs (gemm_glu)
         self.chained = 0          # of them, chained to the Linear after them
 
     def __call__(self, graph):
         if self.previous is not None:
             self.previous(graph)
-        fused, chained = fuse_graph(graph)
+        fused, gated, chained = fuse_graph(graph)
         self.fused += fused
+        self.gated += gated
         self.chained += chained
 
     def uuid(self):

@@ -138,9 +138,9 @@ class Conv1DAct(_WithActivation):
 
 
 class AppliedByGate:
-    """What a LinearUp returns: its projection is already a factor of its
-    LinearGate's output, and the forward's product of the two leaves that
-    output as it is (``y * APPLIED_BY_GATE is y``)."""
+    """What a LinearUp returns in eager mode: its projection is already a
+    factor of its LinearGate's output, and the forward's product of the two
+    leaves that output as it is (``y * APPLIED_BY_GATE is y``, no kernel)."""
 
     __slots__ = ()
 
@@ -159,8 +159,9 @@ APPLIED_BY_GATE = AppliedByGate()
 class LinearUp(nn.Module):
     """The up projection of a gated MLP whose LinearGate computes the whole
     gated product: it holds nn.Linear's parameters (the model's
-    ``up_proj.weight`` stays where it was) and returns APPLIED_BY_GATE, so
-    the forward's ``act(gate(x)) * up(x)`` is the gate's output."""
+    ``up_proj.weight`` stays where it was) and returns APPLIED_BY_GATE (1
+    under torch.compile), so the forward's ``act(gate(x)) * up(x)`` is the
+    gate's output."""
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
@@ -174,7 +175,9 @@ class LinearUp(nn.Module):
         return _share_parameters(module, linear)
 
     def forward(self, x):
-        return APPLIED_BY_GATE
+        # Under torch.compile, 1: Dynamo traces a product with it, which
+        # Inductor removes (a multiply by 1 is one of its no-ops).
+        return 1 if torch.compiler.is_compiling() else APPLIED_BY_GATE
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
