@@ -48,6 +48,18 @@ class _Mlp(nn.Module):
         return torch.nn.functional.silu(s) + s
 
 
+def _same_step(compiled, by_hand, x):
+    """The compiled model's output and input gradient are the hand-fused one's."""
+    x = x.requires_grad_()
+    x_hand = x.detach().clone().requires_grad_()
+    y, y_hand = compiled(x), by_hand(x_hand)
+    torch.testing.assert_close(y, y_hand, rtol=1e-5, atol=1e-6)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_hand.backward(grad)
+    torch.testing.assert_close(x.grad, x_hand.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_compiled_model_runs_the_fused_operator(fusion):
     torch.manual_seed(0)
     model = _Mlp()
@@ -55,14 +67,7 @@ def test_compiled_model_runs_the_fused_operator(fusion):
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 5, 9):
-        x = torch.randn(batch, 16, requires_grad=True)
-        x_hand = x.detach().clone().requires_grad_()
-        y, y_hand = compiled(x), by_hand(x_hand)
-        torch.testing.assert_close(y, y_hand, rtol=1e-5, atol=1e-6)
-        grad = torch.randn_like(y)
-        y.backward(grad)
-        y_hand.backward(grad)
-        torch.testing.assert_close(x.grad, x_hand.grad, rtol=1e-5, atol=1e-6)
+        _same_step(compiled, by_hand, torch.randn(batch, 16))
     # net's gelu, relu and tanh-gelu pairs. Not side -> silu (side's output
     # feeds the residual too), nor leaky_relu: with dynamic=True Dynamo keeps
     # its slope as a graph value, which the operator's float argument cannot take.
@@ -140,14 +145,7 @@ def test_gated_mlp_becomes_one_gemm_glu(fusion):
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(mlp, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 6):
-        x = torch.randn(batch, 5, 16, requires_grad=True)
-        x_hand = x.detach().clone().requires_grad_()
-        y, y_hand = compiled(x), by_hand(x_hand)
-        torch.testing.assert_close(y, y_hand, rtol=1e-5, atol=1e-6)
-        grad = torch.randn_like(y)
-        y.backward(grad)
-        y_hand.backward(grad)
-        torch.testing.assert_close(x.grad, x_hand.grad, rtol=1e-5, atol=1e-6)
+        _same_step(compiled, by_hand, torch.randn(batch, 5, 16))
         seen.append((fusion.fused, fusion.gated))
     assert seen[0] == (1, 1) and counter.frame_count == 1
     for (name, p), p_hand in zip(mlp.named_parameters(), by_hand.parameters()):
