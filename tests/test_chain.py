@@ -164,6 +164,23 @@ def test_chain_under_torch_compile(device):
         assert_close(g.double() / scale, r.double() / scale, dtype)
 
 
+@requires_cuda
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_chains_on_cuda_only_where_z_is_needed_cuda(activation):
+    """On CUDA a layer chains where its activation's derivative needs Z
+    (gelu); relu's comes from Y, and the layer stays as it would alone."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the fused gemm_dact kernel is sm90's")
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch_twin(activation), torch.nn.Linear(1024, 256))
+    mlp = tga.fuse_linear_act(mlp.to(device="cuda", dtype=torch.bfloat16))
+    x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    names = []
+    hook = mlp[2].register_forward_hook(lambda mod, args, y: names.append(y.grad_fn.name()))
+    mlp(x)
+    hook.remove()
+    assert ("Chained" in names[0]) == (activation == "gelu"), names
+
+
 @pytest.mark.parametrize("bias_kind", [k for k in BIAS_KINDS if k != "none"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(3, 37, 45), (512, 384), (2, 1)])

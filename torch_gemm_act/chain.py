@@ -22,7 +22,7 @@ import copy
 import torch
 
 from . import ops
-from .activations import GELU, IDENTITY
+from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
 from .functional import _PLAIN, _needs_grad, _stores_preact, gemm_act
 
 # On CUDA, chaining pays from about this many multiply-adds per layer: below
@@ -103,11 +103,26 @@ def fused_dact_runs(x):
     return x.dtype in (torch.float16, torch.bfloat16) and _fused_dact_on(x.device)
 
 
-def chain_pays(x, b, bias, any_size=False):
+def chains(x, activation):
+    """Whether a layer with `activation` on x chains to the next: where the
+    fused gemm_dact runs, and on CUDA only for activations whose derivative
+    needs Z. For those taking it from Y (relu, leaky_relu, tanh, sigmoid),
+    chaining writes a Z the layer would not store, in a kernel that replaces
+    cuBLASLt's own RELU epilogue, to save a pass that moves as many bytes
+    (with a bias: Z written and read, dZ written and read again for the
+    bias, against dY written, read with Y, dZ written): the LLM ReLU MLP's
+    training step took 0.999 x eager chained and 0.987 not (H200,
+    lab/diag/chain_ablation.py)."""
+    if not fused_dact_runs(x):
+        return False
+    return not x.is_cuda or activation not in GRAD_FROM_OUTPUT
+
+
+def chain_pays(x, b, bias, activation, any_size=False):
     """Whether a layer on a chain should publish its Z for the next: in
-    training, on plain tensors; on CUDA, where the fused kernel runs and
-    (unless ``any_size``) the GEMM is large enough."""
-    if not _differentiated(x, b, bias) or not fused_dact_runs(x):
+    training, on plain tensors, where it chains (``chains``) and, on CUDA,
+    unless ``any_size``, where the GEMM is large enough."""
+    if not _differentiated(x, b, bias) or not chains(x, activation):
         return False
     return not x.is_cuda or any_size or x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS
 
@@ -117,7 +132,7 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
     from ``link_in`` when x is its output, publishing its own on ``link_out``
     where that pays (chain_pays)."""
     source = link_in.take(x) if link_in is not None else None
-    publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, any_size)
+    publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, activation, any_size)
     if source is None:
         if not publish:
             return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
@@ -138,8 +153,9 @@ def linear_act_linear(x, weight1, bias1, weight2, bias2=None, activation=GELU, n
     weights as nn.Linear's ([out, in]), in two fused GEMMs whose backward is
     fused across the two layers where the fused kernel runs (the
     activation's derivative applied in the epilogue of the GEMM that
-    computes the first layer's input gradient: fp16/bf16 on Hopper, and
-    the CPU), whatever the size; elsewhere the two layers' own backward."""
+    computes the first layer's input gradient: fp16/bf16 on Hopper for
+    activations whose derivative needs Z, and the CPU), whatever the size;
+    elsewhere the two layers' own backward."""
     for name, w in (("weight1", weight1), ("weight2", weight2)):
         if not isinstance(w, torch.Tensor) or w.dim() != 2:
             shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__

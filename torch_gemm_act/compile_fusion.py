@@ -21,7 +21,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .activations import GATED_BY_GATE, check_activation
-from .chain import fused_dact_runs
+from .chain import chains
 from .functional import _PLAIN, _needs_grad, _stores_preact
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
@@ -159,13 +159,14 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     """Where Y feeds one Linear alone, chains them as fuse_linear_act does
     (chain.py): Z stored, and the Linear's GEMM (fused with its own
     activation or not) becomes gemm_act_chained, its input's gradient going
-    to Z. Not without a backward, nor where the fused kernel would not run.
-    Unlike a module, no size threshold: compiled, the chain adds no host
+    to Z. Not without a backward, nor where the layer would not chain
+    (chain.chains: the fused kernel's dtypes and GPU; on CUDA not for an
+    activation whose derivative comes from Y). Unlike a module, no size threshold: compiled, the chain adds no host
     time. Returns whether it chained."""
     # Plain tensors only (as captured: fake ones): a DTensor keeps the
     # operators it has sharding strategies for.
     if not needs_grad or len(y.users) != 1 or type(x_value) not in _PLAIN_VALUES or \
-            not fused_dact_runs(x_value):
+            not chains(x_value, activation):
         return False
     (user,) = y.users
     chained = torch.ops.gemm_act.gemm_act_chained.default
