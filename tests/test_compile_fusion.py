@@ -12,6 +12,7 @@ from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_gemm_act as tga
+from conftest import requires_cuda
 from torch_gemm_act import compile_fusion
 
 
@@ -163,3 +164,33 @@ def test_gated_product_left_when_up_is_used_elsewhere(fusion):
     x = torch.randn(4, 8)
     torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x), rtol=1e-5, atol=1e-6)
     assert fusion.fused == 1 and fusion.gated == 0  # gate -> silu as a pair; the product stays
+
+
+@requires_cuda
+def test_exact_fp32_on_cuda_compiles_as_eager_cuda(fusion):
+    """Exact fp32 on CUDA: the operator would run the library's cuBLAS GEMM,
+    as eager does, so under torch.compile neither the pass nor a hand-fused
+    module puts it in the graph, and Inductor fuses the rest itself. With
+    TF32 allowed the pass fuses again."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).cuda()
+    by_hand = tga.fuse_linear_act(copy.deepcopy(mlp))
+    x = torch.randn(4, 16, device="cuda")
+    assert not torch.backends.cuda.matmul.allow_tf32
+    graphs = []
+
+    def record(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+    torch.testing.assert_close(torch.compile(mlp, fullgraph=True)(x), mlp(x))
+    assert fusion.fused == 0
+    torch.testing.assert_close(torch.compile(by_hand, backend=record, fullgraph=True)(x), mlp(x))
+    ops = {str(n.target) for g in graphs for n in g.graph.nodes}
+    assert not any("gemm_act" in op for op in ops), ops
+    torch._dynamo.reset()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
+        assert fusion.fused == 1
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False

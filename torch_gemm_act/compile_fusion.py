@@ -22,7 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .activations import GATED_BY_GATE, check_activation
 from .chain import chains
-from .functional import _PLAIN, _needs_grad, _stores_preact
+from .functional import _PLAIN, _compiles_as_eager, _needs_grad, _stores_preact
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
 _RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
@@ -102,12 +102,14 @@ def fuse_graph(graph):
             check_activation(activation, slope)
         except ValueError:
             continue
+        x_value, w_value, bias_value = map(_value, (x, w, bias))
+        if _compiles_as_eager(x_value):
+            continue  # the library's GEMM either way: Inductor fuses the rest itself
         if _fuse_gated(graph, gemm_node, gemm, act_node, activation, slope):
             gated += 1
             continue
         # Z where the backward needs it, as gemm_act decides from the tensors
         # the graph was captured with.
-        x_value, w_value, bias_value = map(_value, (x, w, bias))
         store = _stores_preact(x_value, w_value, bias_value, None, activation, False)
         with graph.inserting_before(act_node):
             b = graph.call_function(torch.t, (w,)) if transpose else w

@@ -18,6 +18,8 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     pre-activation. As in ``torch.addmm``, c is not read when beta == 0.
     """
     # The operator checks every argument (csrc/checks.cpp); nothing is re-checked here.
+    if torch.compiler.is_compiling() and _compiles_as_eager(a):
+        return _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact)
     store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
     if (not torch.compiler.is_compiling() and type(a) in _PLAIN and type(b) in _PLAIN
             and type(activation) is str and not torch._C._is_torch_function_mode_enabled()):
@@ -29,6 +31,29 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
             from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
         y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
                                float(negative_slope), store_preact)
+    return (y, z) if return_preact else y
+
+
+def _compiles_as_eager(a):
+    """Whether, under torch.compile, a call on `a` takes eager's formula
+    instead of the operator: exact fp32 and fp64 on CUDA, where the operator
+    runs the library's cuBLAS GEMM as eager does and Inductor fuses the rest
+    itself (through the operator, the small fp32 MLP compiled to 1.10 x
+    compiled eager: the custom op's host time and a pass Inductor would have
+    fused)."""
+    return isinstance(a, torch.Tensor) and a.is_cuda and (
+        a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32))
+
+
+def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact):
+    z = torch.matmul(a, b)
+    if alpha != 1.0:
+        z = alpha * z
+    if c is not None and beta != 0.0:
+        z = z + beta * c
+    if bias is not None:
+        z = z + bias
+    y = torch_module(activation, negative_slope)(z)
     return (y, z) if return_preact else y
 
 
@@ -97,9 +122,11 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     side by side ([..., 2N]).
     """
     gate = gate_activation(activation)
-    if type(a).__name__ == "DTensor" or type(b_gate).__name__ == "DTensor":
+    if type(a).__name__ == "DTensor" or type(b_gate).__name__ == "DTensor" or (
+            torch.compiler.is_compiling() and _compiles_as_eager(a)):
         # No sharding strategy for the gated operator yet: DTensor runs the
-        # two projections and the product as it runs them unfused.
+        # two projections and the product as it runs them unfused; and so
+        # does torch.compile where eager's formula is as fast (_compiles_as_eager).
         g = torch.matmul(a, b_gate) + (bias_gate if bias_gate is not None else 0)
         u = torch.matmul(a, b_up) + (bias_up if bias_up is not None else 0)
         y = torch_module(gate, negative_slope)(g) * u
