@@ -140,3 +140,18 @@ def test_autocast_cpu():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_cuda(dtype):
     _autocast_matches_linear("cuda", dtype)
+
+
+def test_eager_formula_traces_in_one_graph():
+    """What exact fp32 / fp64 on CUDA compile to (functional._eager_formula):
+    one graph, every activation, eager's numerics."""
+    from torch_gemm_act.functional import _eager_formula
+    a, b, bias, c = torch.randn(5, 8), torch.randn(8, 6), torch.randn(6), torch.randn(5, 6)
+    for activation in tga.ACTIVATIONS:
+        def f(a, b, bias, c):
+            return _eager_formula(a, b, bias, c, activation, 1.5, 0.5, 0.2, True)
+        y, z = torch.compile(f, fullgraph=True, backend="eager")(a, b, bias, c)
+        y_ref, z_ref = tga.gemm_act(a, b, bias, c, activation=activation, alpha=1.5, beta=0.5,
+                                    negative_slope=0.2, return_preact=True)
+        torch.testing.assert_close(z, z_ref)
+        torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)

@@ -87,7 +87,16 @@ def gate_activation(gated):
 def torch_module(activation, negative_slope=0.01):
     """The PyTorch module `activation` reproduces (nn.Identity for none)."""
     check_activation(activation, negative_slope)
-    cls, attrs = _TWINS[activation]
+    return twin(activation, negative_slope)
+
+
+def twin(activation, negative_slope=0.01):
+    """torch_module without the operator's check of the slope (which
+    torch.compile cannot trace into): the module computes any slope."""
+    entry = _TWINS.get(activation) if isinstance(activation, str) else None
+    if entry is None:
+        raise ValueError(f"gemm_act: unknown activation {activation!r}; expected one of: {', '.join(ACTIVATIONS)}")
+    cls, attrs = entry
     if activation in USES_SLOPE:
         attrs = {**attrs, "negative_slope": negative_slope}
     return cls(**attrs)

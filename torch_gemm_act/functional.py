@@ -4,7 +4,7 @@ gemm_glu and gated_linear_act."""
 import torch
 
 from . import _C, ops
-from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, gate_activation, torch_module
+from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, gate_activation, twin
 
 
 def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -53,7 +53,7 @@ def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, retur
         z = z + beta * c
     if bias is not None:
         z = z + bias
-    y = torch_module(activation, negative_slope)(z)
+    y = twin(activation, negative_slope)(z)
     return (y, z) if return_preact else y
 
 
@@ -129,7 +129,7 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
         # does torch.compile where eager's formula is as fast (_compiles_as_eager).
         g = torch.matmul(a, b_gate) + (bias_gate if bias_gate is not None else 0)
         u = torch.matmul(a, b_up) + (bias_up if bias_up is not None else 0)
-        y = torch_module(gate, negative_slope)(g) * u
+        y = twin(gate, negative_slope)(g) * u
         return (y, torch.cat([g, u], -1)) if return_preact else y
     y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, float(negative_slope),
                            bool(return_preact))
