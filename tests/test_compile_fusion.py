@@ -132,25 +132,20 @@ def test_addmm_with_a_bias_per_column_only(fusion):
     assert fusion.fused == 1
 
 
-def test_gated_mlp_becomes_one_gemm_glu(fusion):
-    """transformers' LlamaMLP, unchanged: its gate projection, activation and
-    product become one gemm_glu, forward and backward as fusing it by hand."""
+def test_gated_mlp_is_left_whole_to_inductor(fusion):
+    """transformers' LlamaMLP, unchanged: neither the gated product nor its
+    gate -> activation pair becomes our operator (Inductor builds the same
+    two GEMMs and one pass itself); numerics as eager, one graph."""
     t = transformers
     from transformers.models.llama.modeling_llama import LlamaMLP
     torch.manual_seed(0)
     mlp = LlamaMLP(t.LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
                                  num_key_value_heads=2))
-    by_hand, report = tga.fuse_linear_act(copy.deepcopy(mlp), report=True)
-    assert [act for _, _, act in report.fused] == ["swiglu"]
-    seen = []
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(mlp, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 6):
-        _same_step(compiled, by_hand, torch.randn(batch, 5, 16))
-        seen.append((fusion.fused, fusion.gated))
-    assert seen[0] == (1, 1) and counter.frame_count == 1
-    for (name, p), p_hand in zip(mlp.named_parameters(), by_hand.parameters()):
-        torch.testing.assert_close(p.grad, p_hand.grad, rtol=1e-5, atol=1e-6, msg=name)
+        _same_step(compiled, mlp, torch.randn(batch, 5, 16))
+    assert (fusion.fused, fusion.gated) == (0, 1) and counter.frame_count == 1
 
 
 def test_gated_product_left_when_up_is_used_elsewhere(fusion):

@@ -122,11 +122,12 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     side by side ([..., 2N]).
     """
     gate = gate_activation(activation)
-    if type(a).__name__ == "DTensor" or type(b_gate).__name__ == "DTensor" or (
-            torch.compiler.is_compiling() and _compiles_as_eager(a)):
-        # No sharding strategy for the gated operator yet: DTensor runs the
-        # two projections and the product as it runs them unfused; and so
-        # does torch.compile where eager's formula is as fast (_compiles_as_eager).
+    if torch.compiler.is_compiling() or type(a).__name__ == "DTensor" or type(b_gate).__name__ == "DTensor":
+        # Until the gated operator has a fused kernel it is the two GEMMs and
+        # one pass that Inductor builds itself (the Llama MLP compiled
+        # through it: 1.024 / 1.014 x compiled eager in inference / training,
+        # H200); and it has no DTensor sharding strategy yet. Both run the
+        # projections and the product as they run them unfused.
         g = torch.matmul(a, b_gate) + (bias_gate if bias_gate is not None else 0)
         u = torch.matmul(a, b_up) + (bias_up if bias_up is not None else 0)
         y = twin(gate, negative_slope)(g) * u
