@@ -173,10 +173,6 @@ def make_eager(activation):
     return eager
 
 
-# The gated MLP row (../shared/shapes.json predates gated activations):
-# Llama-7B's gate and up projections, 4096 tokens, no biases.
-GATED_ROWS = [{"M": 4096, "K": 4096, "N": 11008, "dtype": "bfloat16", "activation": "swiglu"}]
-
 
 def probe_addmm_gelu(dtype, device):
     """Which GELU torch._addmm_activation(use_gelu=True) computes here: 'erf', 'tanh' or 'unknown'.
@@ -537,7 +533,6 @@ def main(argv=None):
 
     shapes_path = args.shapes or default_shapes_path()
     groups = load_shapes(shapes_path)
-    groups.setdefault("gated", GATED_ROWS)
     if args.groups:
         missing = set(args.groups) - set(groups)
         if missing:
