@@ -128,8 +128,8 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
         # through it: 1.024 / 1.014 x compiled eager in inference / training,
         # H200); and it has no DTensor sharding strategy yet. Both run the
         # projections and the product as they run them unfused.
-        g = torch.matmul(a, b_gate) + (bias_gate if bias_gate is not None else 0)
-        u = torch.matmul(a, b_up) + (bias_up if bias_up is not None else 0)
+        g, u = (torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
+                for b, bias in ((b_gate, bias_gate), (b_up, bias_up)))
         y = twin(gate, negative_slope)(g) * u
         return (y, torch.cat([g, u], -1)) if return_preact else y
     y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, float(negative_slope),

@@ -200,7 +200,14 @@ class LinearGate(nn.Module):
         gate_activation(activation)
         self.activation = activation
         _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
-        self.__dict__["up"] = None
+        # Not a submodule (set through __dict__, read through `up`): the up
+        # projection's parameters stay under their own name in the state_dict.
+        self.__dict__["_up"] = None
+
+    @property
+    def up(self):
+        """The LinearUp this gate is paired with (``pair``), or None."""
+        return self.__dict__["_up"]
 
     def pair(self, up):
         """Takes the up projection from ``up`` (a LinearUp of the same
@@ -210,7 +217,7 @@ class LinearGate(nn.Module):
                                                                                  self.out_features):
             raise ValueError(f"LinearGate({self.in_features}, {self.out_features}) pairs with a LinearUp "
                              f"of the same features, got {up!r}")
-        self.__dict__["up"] = up
+        self.__dict__["_up"] = up
         return self
 
     @classmethod
