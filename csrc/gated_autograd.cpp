@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "once_differentiable.h"
 #include "op_handles.h"
@@ -55,15 +56,22 @@ struct GemmGluFunction : public torch::autograd::Function<GemmGluFunction> {
     for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
     const at::Tensor h_2d = h.reshape_symint({rows, n * 2});
 
+    // The incoming gradients moved out of `grads` (a reference) and freed as
+    // soon as dH exists, before the GEMMs, as layer_backward does.
+    at::Tensor grad_y = std::move(grads[0]);
+    at::Tensor grad_h_direct = grads.size() > 1 ? std::move(grads[1]) : at::Tensor();
+    grads.clear();
     at::Tensor grad_h;
-    if (grads[0].defined()) {
-      grad_h = op::glu_backward().call(grads[0].reshape_symint({rows, n}), h_2d, activation,
+    if (grad_y.defined()) {
+      grad_h = op::glu_backward().call(grad_y.reshape_symint({rows, n}), h_2d, activation,
                                        negative_slope);
+      grad_y.reset();
     }
-    if (grads.size() > 1 && grads[1].defined() && grads[1].sym_numel() != 0) {
-      const at::Tensor grad_h_direct = grads[1].reshape_symint({rows, n * 2});
+    if (grad_h_direct.defined() && grad_h_direct.sym_numel() != 0) {
+      grad_h_direct = grad_h_direct.reshape_symint({rows, n * 2});
       grad_h = grad_h.defined() ? grad_h + grad_h_direct : grad_h_direct;
     }
+    grad_h_direct.reset();
     variable_list out(8);
     if (!grad_h.defined()) return out;
     const at::Tensor grad_gate = grad_h.narrow_symint(1, 0, n), grad_up = grad_h.narrow_symint(1, n, n);
