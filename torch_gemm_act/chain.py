@@ -94,28 +94,21 @@ def _differentiated(x, b, bias):
     return type(x) in _PLAIN and type(b) in _PLAIN and _needs_grad(x, b, bias)
 
 
-def fused_dact_runs(x):
-    """Whether gemm_dact on x's device and dtype is the fused kernel (on CUDA:
-    fp16/bf16 on compute capability 9.0). The CPU chains too (nothing there
-    is fused, but the chain's numerics are tested there)."""
+def chains(x, activation):
+    """Whether a layer with `activation` on x chains to the next: on the CPU
+    always (nothing there is fused, but the chain's numerics are tested
+    there); on CUDA where gemm_dact is the fused kernel (fp16/bf16 on compute
+    capability 9.0), and only for activations whose derivative needs Z. For
+    those taking it from Y (relu, leaky_relu, tanh, sigmoid), chaining writes
+    a Z the layer would not store, in a kernel that replaces cuBLASLt's own
+    RELU epilogue, to save a pass that moves as many bytes (with a bias: Z
+    written and read, dZ written and read again for the bias, against dY
+    written, read with Y, dZ written): the LLM ReLU MLP's training step took
+    0.999 x eager chained and 0.987 not (H200, lab/diag/chain_ablation.py)."""
     if not x.is_cuda:
         return True
-    return x.dtype in (torch.float16, torch.bfloat16) and _fused_dact_on(x.device)
-
-
-def chains(x, activation):
-    """Whether a layer with `activation` on x chains to the next: where the
-    fused gemm_dact runs, and on CUDA only for activations whose derivative
-    needs Z. For those taking it from Y (relu, leaky_relu, tanh, sigmoid),
-    chaining writes a Z the layer would not store, in a kernel that replaces
-    cuBLASLt's own RELU epilogue, to save a pass that moves as many bytes
-    (with a bias: Z written and read, dZ written and read again for the
-    bias, against dY written, read with Y, dZ written): the LLM ReLU MLP's
-    training step took 0.999 x eager chained and 0.987 not (H200,
-    lab/diag/chain_ablation.py)."""
-    if not fused_dact_runs(x):
-        return False
-    return not x.is_cuda or activation not in GRAD_FROM_OUTPUT
+    return (activation not in GRAD_FROM_OUTPUT and x.dtype in (torch.float16, torch.bfloat16)
+            and _fused_dact_on(x.device))
 
 
 def chain_pays(x, b, bias, activation, any_size=False):

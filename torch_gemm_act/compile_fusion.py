@@ -157,8 +157,9 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     activation or not) becomes gemm_act_chained, its input's gradient going
     to Z. Not without a backward, nor where the layer would not chain
     (chain.chains: the fused kernel's dtypes and GPU; on CUDA not for an
-    activation whose derivative comes from Y). Unlike a module, no size threshold: compiled, the chain adds no host
-    time. Returns whether it chained."""
+    activation whose derivative comes from Y). Unlike a module, no size
+    threshold: compiled, the chain adds no host time. Returns whether it
+    chained."""
     # Plain tensors only (as captured: fake ones): a DTensor keeps the
     # operators it has sharding strategies for.
     if not needs_grad or len(y.users) != 1 or type(x_value) not in _PLAIN_VALUES or \
