@@ -84,26 +84,12 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
-// Whether t is a plain tensor, not a tensor subclass (a DTensor, or what
-// torch.compile traces, which fuses reductions itself).
-bool plain(const at::Tensor& t) { return !t.key_set().has(c10::DispatchKey::Python); }
-
-// The bias's gradient from dZ alone: bias_grad, the backward pass's
-// reduction without writing dZ (6-15 % faster than PyTorch's sum over rows
-// on an H100, deterministic), or PyTorch's sum for a tensor subclass.
-at::Tensor sum_bias_grad(const at::Tensor& grad_pre, const at::Tensor& bias) {
-  return plain(grad_pre) ? op::bias_grad().call(grad_pre, bias)
-                         : at::sum_to(grad_pre, bias.sym_sizes(), /*always_return_non_view=*/true);
-}
-
 // The pre-activation's gradient dZ and the bias's from the outputs'
 // gradients: gY through act' (the backward pass, which reduces dbias in the
 // same launch), plus Z's own gradient where Z was returned and used (or, for
 // gemm_act_chained's input, is how the next layer's gradient arrives). The
-// identity's dZ is gY itself: no pass and no copy. Either gradient may be
-// undefined; so is dZ when both are. dbias is undefined where the pass did
-// not reduce it (the identity, or Z's gradient added): the weight's
-// gradient GEMM sums it (operand_grads) where it can, else sum_bias_grad.
+// identity's dZ is gY itself: no pass and no copy, and dbias bias_grad's
+// reduction of it. Either gradient may be undefined; so is dZ when both are.
 std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at::Tensor& grad_z,
                                               const at::Tensor& saved,
                                               const std::optional<at::Tensor>& bias,
@@ -119,7 +105,16 @@ std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at
   }
   if (grad_z.defined()) {
     grad_pre = grad_pre.defined() ? grad_pre + grad_z : grad_z;
-    grad_bias = at::Tensor();  // summed over both
+    grad_bias = at::Tensor();  // summed below over both
+  }
+  if (bias.has_value() && grad_pre.defined() && !grad_bias.defined()) {
+    // bias_grad: the backward pass's reduction, without writing dZ (6-15 %
+    // faster than PyTorch's sum over rows on an H100, deterministic); a
+    // tensor subclass (a DTensor, or what torch.compile traces, which
+    // fuses the sum itself) takes PyTorch's.
+    grad_bias = grad_pre.key_set().has(c10::DispatchKey::Python)
+                    ? at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true)
+                    : op::bias_grad().call(grad_pre, *bias);
   }
   return {grad_pre, grad_bias};
 }
@@ -135,14 +130,12 @@ at::Tensor saved_output(c10::string_view activation, const at::Tensor& y, const 
 }
 
 // The operand gradients of Y = act(alpha * a @ b + ...) from dZ: dB always
-// as alpha * a^T dZ, in b's layout, with the bias's gradient (when `bias`
-// is given) from the same read of dZ where weight_bias_grad fuses it; dA
-// as alpha * dZ b^T, or, for
+// as alpha * a^T dZ, in b's layout; dA as alpha * dZ b^T, or, for
 // gemm_act_chained (a = a_act(a_preact), `a_saved` the Y or Z of a_act's
 // table row), d(a_preact) = act'(a_saved) * alpha * dZ b^T in one fused
 // GEMM (gemm_dact).
 struct OperandGrads {
-  at::Tensor a, b, bias;
+  at::Tensor a, b;
 };
 struct ChainedInput {
   at::Tensor a_saved;
@@ -151,8 +144,7 @@ struct ChainedInput {
 };
 
 OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, const at::Tensor& b,
-                           const std::optional<at::Tensor>& bias, double alpha, bool need_a,
-                           bool need_b, const ChainedInput* chained) {
+                           double alpha, bool need_a, bool need_b, const ChainedInput* chained) {
   OperandGrads out;
   c10::SymInt rows = 1;  // M: a's leading dimensions flattened (no -1: K or N may be 0)
   for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
@@ -184,12 +176,7 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
     // gradient laid out like the weight, which AccumulateGrad then keeps
     // as it is instead of copying it into the weight's strides.
     const at::Tensor a_2d = pad_to(a.reshape_symint({rows, k}), rows, k_run);
-    const bool weight_layout = b.sym_stride(0) == 1 && b.sym_stride(1) != 1;
-    if (bias.has_value() && !padded && plain(grad_pre) && bias->dim() == 1 && bias->sym_size(0) == n) {
-      at::Tensor grad_b;
-      std::tie(grad_b, out.bias) = op::weight_bias_grad().call(grad_pre_2d, a_2d, *bias, weight_layout);
-      out.b = weight_layout ? grad_b.t() : grad_b;
-    } else if (weight_layout) {
+    if (b.sym_stride(0) == 1 && b.sym_stride(1) != 1) {
       const at::Tensor grad_bt = grad_pre_2d.t().mm(a_2d);  // [n_run, k_run]
       out.b = grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k).t();
     } else {
@@ -198,7 +185,6 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
     }
     if (alpha != 1.0) out.b = out.b * alpha;
   }
-  if (bias.has_value() && !out.bias.defined()) out.bias = sum_bias_grad(grad_pre, *bias);
   return out;
 }
 
@@ -276,12 +262,10 @@ variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const O
 
   variable_list out(places.num_args);  // one per forward argument; undefined: no gradient
   if (!grad_pre.defined()) return out;  // neither output received a gradient
-  OperandGrads operands =
-      operand_grads(grad_pre, a, b, need_bias && !grad_bias.defined() ? if_defined(bias) : std::nullopt,
-                    alpha, need_a, need_b, chained);
+  OperandGrads operands = operand_grads(grad_pre, a, b, alpha, need_a, need_b, chained);
   out[places.a_pos] = std::move(operands.a);
   out[places.b_pos] = std::move(operands.b);
-  if (need_bias) out[places.b_pos + 1] = grad_bias.defined() ? grad_bias : operands.bias;
+  if (need_bias) out[places.b_pos + 1] = grad_bias;
   if (need_c) out[places.b_pos + 2] = grad_pre * beta;
   // Grad mode is on here only under create_graph=True.
   return at::GradMode::is_enabled() ? once_differentiable(std::move(out)) : out;

@@ -239,18 +239,6 @@ ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tenso
                                /*with_grad_z=*/false);
 }
 
-void check_weight_bias_grad(const at::Tensor& grad, const at::Tensor& a, const at::Tensor& bias) {
-  check_floating(grad, "grad");
-  check_like(a, grad, "a", "grad");
-  check_like(bias, grad, "bias", "grad");
-  TORCH_CHECK_VALUE(grad.dim() == 2 && a.dim() == 2 && a.size(0) == grad.size(0),
-                    "gemm_act: weight_bias_grad expects grad [M, N] and a [M, K], got grad ",
-                    shape_str(grad.sizes()), " and a ", shape_str(a.sizes()));
-  TORCH_CHECK_VALUE(bias.dim() == 1 && bias.size(0) == grad.size(1),
-                    "gemm_act: weight_bias_grad expects a bias of shape [", grad.size(1),
-                    "] (grad's columns), got ", shape_str(bias.sizes()));
-}
-
 namespace {
 
 ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at::Tensor& saved,

@@ -56,10 +56,6 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
 // params.grad_z null): the backward pass of the identity, reducing only.
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias);
 
-// Validates weight_bias_grad's inputs: grad [M, N] and a [M, K], 2-D, of
-// one floating dtype and device, and a bias [N] of that dtype.
-void check_weight_bias_grad(const at::Tensor& grad, const at::Tensor& a, const at::Tensor& bias);
-
 // (dZ, dbias), dbias empty without a bias.
 std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args);
 

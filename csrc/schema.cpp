@@ -19,11 +19,6 @@ TORCH_LIBRARY(gemm_act, m) {
   // grad summed to bias's shape (bias broadcasts against grad as against
   // gemm_act's output): a bias's gradient where dZ needs no pass.
   m.def("bias_grad(Tensor grad, Tensor bias) -> Tensor");
-  // A layer's weight and bias gradients from dZ = grad [M, N] and its input
-  // a [M, K]: (grad^T a [N, K] when transposed, else a^T grad [K, N]; grad
-  // summed over its rows, bias [N]'s dtype), reading grad once where a
-  // backend fuses the two. Not itself differentiable.
-  m.def("weight_bias_grad(Tensor grad, Tensor a, Tensor bias, bool transposed) -> (Tensor, Tensor)");
   // act'(saved) * (alpha * grad @ b): the gradient of a GEMM's input a =
   // act(Z) with respect to Z, in one GEMM where a backend fuses it (saved is
   // Y or Z as the activation's table row says). The backward of

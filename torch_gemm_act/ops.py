@@ -54,15 +54,6 @@ def _bias_grad_fake(grad, bias):
     return grad.new_empty(bias.shape)
 
 
-@torch.library.register_fake("gemm_act::weight_bias_grad")
-def _weight_bias_grad_fake(grad, a, bias, transposed):
-    torch._check(grad.dim() == 2 and a.dim() == 2 and a.shape[0] == grad.shape[0],
-                 lambda: f"weight_bias_grad: expected grad [M, N] and a [M, K], got {tuple(grad.shape)} "
-                         f"and {tuple(a.shape)}")
-    n, k = grad.shape[1], a.shape[1]
-    return grad.new_empty((n, k) if transposed else (k, n)), grad.new_empty(bias.shape)
-
-
 glu_op = torch.ops.gemm_act.glu.default
 gemm_glu_op = torch.ops.gemm_act.gemm_glu.default
 

@@ -7,7 +7,6 @@
 #include "cpu/cpu_backend.h"
 #include "dact_unfused.h"
 #include "glu_ops.h"
-#include "weight_grad.h"
 
 namespace gemm_act {
 namespace {
@@ -31,8 +30,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::bias_grad_cpu>);
   m.impl("gemm_dact",
          &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_unfused<gemm_act::activation_backward_cpu>>);
-  m.impl("weight_bias_grad",
-         &gemm_act::weight_bias_grad_impl<gemm_act::no_fused_weight_bias_grad>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);
   m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_forward_cpu>);
   m.impl("glu_backward", &gemm_act::glu_backward_impl<gemm_act::glu_backward_cpu>);

@@ -37,12 +37,10 @@
 #include "cuda/common/device_support.h"
 #include "cuda/common/nvtx_range.h"
 #include "cuda/cuda_backends.h"
-#include "cuda/library/cublaslt_wgrad.h"
 #include "cuda/library/library_backend.h"
 #include "cuda/simt/simt_backend.h"
 #include "dact_unfused.h"
 #include "glu_ops.h"
-#include "weight_grad.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
 #endif
@@ -174,8 +172,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
          &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
-  m.impl("weight_bias_grad",
-         &gemm_act::weight_bias_grad_impl<gemm_act::library::cublaslt_weight_bias_grad>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
   m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_checked<gemm_act::glu_forward_cuda>>);
   m.impl("glu_backward",

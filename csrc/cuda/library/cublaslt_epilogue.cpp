@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "activations.h"
-#include "cuda/library/cublaslt_common.h"
+#include "cuda/library/cublaslt_algo_cache.h"
 #include "cuda/library/epilogue_pass.h"
 
 namespace gemm_act {
@@ -99,6 +99,41 @@ std::optional<LtCase> match(const GemmActArgs& args) {
   return lt;
 }
 
+// RAII for the descriptor objects, destroyed whatever path returns.
+struct LtObjects {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtObjects() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// The largest power of two up to 256 that divides the address, which
+// cuBLASLt's heuristic must know (it otherwise assumes 256 and may choose an
+// algorithm the pointer cannot serve).
+uint32_t alignment_bytes(const void* ptr) {
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+AlgoCache& algo_cache() {
+  static AlgoCache cache;
+  return cache;
+}
+
+template <class T>
+bool set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 std::optional<std::string> cublaslt_plan(const GemmActArgs& args) {
@@ -160,7 +195,16 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
                 lt->gelu_aux ? alignment_bytes(p.z) : 0, int64_t(workspace_bytes)};
   std::optional<cublasLtMatmulAlgo_t> algo = algo_cache().find(key);
   if (!algo) {
-    if (!set_preferences(o.pref, workspace_bytes, align_a, align_b, align_c, align_d)) return false;
+    const auto pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+      return cublasLtMatmulPreferenceSetAttribute(o.pref, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+    };
+    if (!(pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d))) {
+      return false;
+    }
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
     if (cublasLtMatmulAlgoGetHeuristic(handle, o.desc, o.b, o.a, o.c, o.d, o.pref, 1, &heuristic,
