@@ -31,19 +31,21 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_autocast(const at::Tensor& a, const 
 
 template <c10::DeviceType kDevice>
 std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autocast(
-    const at::Tensor& a, const at::Tensor& a_preact, c10::string_view a_activation,
-    double a_negative_slope, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-    const std::optional<at::Tensor>& c, c10::string_view activation, double alpha, double beta,
-    double negative_slope, bool store_preact) {
+    const at::Tensor& a, const std::optional<at::Tensor>& a_preact,
+    const std::optional<at::Tensor>& a_bias, c10::string_view a_activation, double a_negative_slope,
+    const at::Tensor& b, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
+    c10::string_view activation, double alpha, double beta, double negative_slope, bool store_preact,
+    bool z_feeds_chain) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(
       at::autocast::get_autocast_dispatch_key_from_device_type(kDevice));
   const auto dtype = at::autocast::get_lower_precision_fp_from_device_type(kDevice);
   return op::gemm_act_chained().call(
       at::autocast::cached_cast(dtype, a, kDevice),
-      at::autocast::cached_cast(dtype, a_preact, kDevice), a_activation, a_negative_slope,
+      at::autocast::cached_cast(dtype, a_preact, kDevice),
+      at::autocast::cached_cast(dtype, a_bias, kDevice), a_activation, a_negative_slope,
       at::autocast::cached_cast(dtype, b, kDevice), at::autocast::cached_cast(dtype, bias, kDevice),
       at::autocast::cached_cast(dtype, c, kDevice), activation, alpha, beta, negative_slope,
-      store_preact);
+      store_preact, z_feeds_chain);
 }
 
 template <c10::DeviceType kDevice>

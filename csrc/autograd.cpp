@@ -84,16 +84,30 @@ std::optional<at::Tensor> if_defined(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
+// Whether t is a plain tensor, not a tensor subclass (a DTensor, or what
+// torch.compile traces, which fuses reductions itself).
+bool plain(const at::Tensor& t) { return !t.key_set().has(c10::DispatchKey::Python); }
+
+// The bias's gradient from (part of) dZ alone: bias_grad, the backward
+// pass's reduction without writing dZ (6-15 % faster than PyTorch's sum over
+// rows on an H100, deterministic), or PyTorch's sum for a tensor subclass.
+at::Tensor sum_bias_grad(const at::Tensor& grad_pre, const at::Tensor& bias) {
+  return plain(grad_pre) ? op::bias_grad().call(grad_pre, bias)
+                         : at::sum_to(grad_pre, bias.sym_sizes(), /*always_return_non_view=*/true);
+}
+
 // The pre-activation's gradient dZ and the bias's from the outputs'
 // gradients: gY through act' (the backward pass, which reduces dbias in the
 // same launch), plus Z's own gradient where Z was returned and used (or, for
-// gemm_act_chained's input, is how the next layer's gradient arrives). The
-// identity's dZ is gY itself: no pass and no copy, and dbias bias_grad's
-// reduction of it. Either gradient may be undefined; so is dZ when both are.
+// a layer on a chain, is how the next layer's gradient arrives). The
+// identity's dZ is gY itself: no pass and no copy. Either gradient may be
+// undefined; so is dZ when both are. With z_feeds_chain, Z's gradient adds
+// nothing to the bias's (the next layer returned that part itself).
 std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at::Tensor& grad_z,
                                               const at::Tensor& saved,
                                               const std::optional<at::Tensor>& bias,
-                                              c10::string_view activation, double negative_slope) {
+                                              c10::string_view activation, double negative_slope,
+                                              bool z_feeds_chain) {
   at::Tensor grad_pre, grad_bias;
   if (grad_y.defined()) {
     if (parse_activation(activation) == Activation::None) {
@@ -103,18 +117,13 @@ std::pair<at::Tensor, at::Tensor> preact_grad(const at::Tensor& grad_y, const at
           call_activation_backward(grad_y, saved, bias, activation, negative_slope);
     }
   }
+  const bool z_in_bias = grad_z.defined() && !z_feeds_chain;
+  if (bias.has_value() && grad_pre.defined() && !grad_bias.defined() && !z_in_bias) {
+    grad_bias = sum_bias_grad(grad_pre, *bias);  // gY's part, before Z's is added
+  }
   if (grad_z.defined()) {
     grad_pre = grad_pre.defined() ? grad_pre + grad_z : grad_z;
-    grad_bias = at::Tensor();  // summed below over both
-  }
-  if (bias.has_value() && grad_pre.defined() && !grad_bias.defined()) {
-    // bias_grad: the backward pass's reduction, without writing dZ (6-15 %
-    // faster than PyTorch's sum over rows on an H100, deterministic); a
-    // tensor subclass (a DTensor, or what torch.compile traces, which
-    // fuses the sum itself) takes PyTorch's.
-    grad_bias = grad_pre.key_set().has(c10::DispatchKey::Python)
-                    ? at::sum_to(grad_pre, bias->sym_sizes(), /*always_return_non_view=*/true)
-                    : op::bias_grad().call(grad_pre, *bias);
+    if (z_in_bias) grad_bias = bias.has_value() ? sum_bias_grad(grad_pre, *bias) : at::Tensor();
   }
   return {grad_pre, grad_bias};
 }
@@ -130,18 +139,26 @@ at::Tensor saved_output(c10::string_view activation, const at::Tensor& y, const 
 }
 
 // The operand gradients of Y = act(alpha * a @ b + ...) from dZ: dB always
-// as alpha * a^T dZ, in b's layout; dA as alpha * dZ b^T, or, for
-// gemm_act_chained (a = a_act(a_preact), `a_saved` the Y or Z of a_act's
-// table row), d(a_preact) = act'(a_saved) * alpha * dZ b^T in one fused
-// GEMM (gemm_dact).
+// as alpha * a^T dZ, in b's layout; dA as alpha * dZ b^T, or, for a layer
+// whose input is chained (a = a_act(a_preact), `a_saved` the Y or Z of
+// a_act's table row), d(a_preact) = act'(a_saved) * alpha * dZ b^T in one
+// fused GEMM (gemm_dact), which also sums it over rows into a_bias's
+// gradient where that bias is per column.
 struct OperandGrads {
-  at::Tensor a, b;
+  at::Tensor a, b, a_bias;
 };
 struct ChainedInput {
   at::Tensor a_saved;
   std::string activation;
   double negative_slope = 0.01;
+  std::optional<at::Tensor> a_bias;  // the layer before's, when its gradient is returned here
+  bool need_a_bias = false;
 };
+
+// Whether bias is one value per column of an output with n columns.
+bool per_column(const at::Tensor& bias, const c10::SymInt& n) {
+  return bias.dim() >= 1 && bias.sym_size(-1) == n && bias.sym_numel() == n;
+}
 
 OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, const at::Tensor& b,
                            double alpha, bool need_a, bool need_b, const ChainedInput* chained) {
@@ -155,21 +172,26 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
   const at::Tensor grad_pre_2d = pad_to(grad_pre.reshape_symint({rows, n}), rows, n_run);
   // pad only says the padded path may pay; it pads only rows that need it.
   const bool padded = pad && (k_run != k || n_run != n);
-  if (need_a && chained != nullptr && !padded) {
+  const bool need_a_bias = chained != nullptr && chained->need_a_bias;
+  if (chained != nullptr && (need_a || need_a_bias) && !padded) {
     const at::Tensor saved_2d = chained->a_saved.reshape_symint({rows, k});
-    out.a = op::gemm_dact()
-                .call(grad_pre_2d, b.t(), saved_2d, chained->activation, alpha,
-                      chained->negative_slope)
-                .reshape_symint(a.sym_sizes());
-  } else if (need_a) {
+    const bool column = need_a_bias && per_column(*chained->a_bias, k);
+    auto [grad_a, grad_a_bias] =
+        op::gemm_dact().call(grad_pre_2d, b.t(), saved_2d, column ? chained->a_bias : std::nullopt,
+                             chained->activation, alpha, chained->negative_slope);
+    out.a = grad_a.reshape_symint(a.sym_sizes());
+    if (column) out.a_bias = std::move(grad_a_bias);
+  } else if (need_a || need_a_bias) {
     const at::Tensor grad_a = grad_pre_2d.mm(pad_to(b, k_run, n_run).t());  // [M, k_run]
     out.a = grad_a.narrow_symint(1, 0, k).reshape_symint(a.sym_sizes());
     if (alpha != 1.0) out.a = out.a * alpha;
     if (chained != nullptr) {
-      out.a = std::get<0>(call_activation_backward(out.a, chained->a_saved, std::nullopt,
-                                                   chained->activation, chained->negative_slope));
+      std::tie(out.a, out.a_bias) =
+          call_activation_backward(out.a, chained->a_saved, need_a_bias ? chained->a_bias : std::nullopt,
+                                   chained->activation, chained->negative_slope);
     }
   }
+  if (need_a_bias && !out.a_bias.defined()) out.a_bias = sum_bias_grad(out.a, *chained->a_bias);
   if (need_b) {
     // dB in b's own layout: for b = weight.t() (K contiguous), dB^T = dZ^T A
     // row-major, whose transpose the autograd of .t() turns back into a
@@ -193,12 +215,12 @@ void save_layer(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
                 const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
                 c10::string_view activation, double alpha, double beta, double negative_slope,
                 bool store_preact, const at::Tensor& y, const at::Tensor& z,
-                const at::Tensor& extra = at::Tensor()) {
+                const at::Tensor& a_saved = at::Tensor(), const at::Tensor& a_bias = at::Tensor()) {
   const at::Tensor saved = saved_output(activation, y, z, store_preact);
   const bool recompute = !saved.defined() && parse_activation(activation) != Activation::None;
   // c is kept only for the rare recomputation of Z in backward (a reference, no copy).
   ctx->save_for_backward({a, b, saved, bias.value_or(at::Tensor()),
-                          recompute ? c.value_or(at::Tensor()) : at::Tensor(), extra});
+                          recompute ? c.value_or(at::Tensor()) : at::Tensor(), a_saved, a_bias});
   ctx->saved_data["activation"] = std::string(activation);
   ctx->saved_data["alpha"] = alpha;
   ctx->saved_data["beta"] = beta;
@@ -216,9 +238,11 @@ void save_layer(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
 // Where a function's operands are: `pos` among the forward's arguments (the
 // gradients it returns, one per argument; bias and c follow b), `edge`
 // among its tensor arguments present (what needs_input_grad counts).
+// a_bias (a chained input's layer-before bias) only where chained has one.
 struct OperandPlaces {
   size_t a_pos, b_pos, num_args;
   size_t a_edge, b_edge;
+  size_t a_bias_pos = 0, a_bias_edge = 0;
 };
 
 // The backward both functions share, given `places`; `grads` by reference, so that
@@ -226,7 +250,7 @@ struct OperandPlaces {
 // before the GEMMs (eager's activation node frees gY there too; holding it
 // raised a training step's peak memory by gY's size).
 variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const OperandPlaces& places,
-                             const ChainedInput* chained) {
+                             ChainedInput* chained, bool z_feeds_chain) {
   const variable_list saved_vars = ctx->get_saved_variables();
   const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
   at::Tensor saved = saved_vars[2];
@@ -242,6 +266,9 @@ variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const O
   const bool need_b = ctx->needs_input_grad(places.b_edge);
   const bool need_bias = has_bias && ctx->needs_input_grad(bias_edge);
   const bool need_c = has_c && ctx->needs_input_grad(c_edge);
+  if (chained != nullptr) {
+    chained->need_a_bias = chained->a_bias.has_value() && ctx->needs_input_grad(places.a_bias_edge);
+  }
 
   at::Tensor grad_y = std::move(grads[0]);
   at::Tensor grad_z = std::move(grads[1]);
@@ -255,7 +282,7 @@ variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const O
   }
   auto [grad_pre, grad_bias] =
       preact_grad(grad_y, grad_z, saved, need_bias ? if_defined(bias) : std::nullopt, activation,
-                  negative_slope);
+                  negative_slope, z_feeds_chain);
   grad_y.reset();
   grad_z.reset();
   saved.reset();
@@ -263,8 +290,9 @@ variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const O
   variable_list out(places.num_args);  // one per forward argument; undefined: no gradient
   if (!grad_pre.defined()) return out;  // neither output received a gradient
   OperandGrads operands = operand_grads(grad_pre, a, b, alpha, need_a, need_b, chained);
-  out[places.a_pos] = std::move(operands.a);
+  if (need_a) out[places.a_pos] = std::move(operands.a);
   out[places.b_pos] = std::move(operands.b);
+  if (chained != nullptr && chained->need_a_bias) out[places.a_bias_pos] = std::move(operands.a_bias);
   if (need_bias) out[places.b_pos + 1] = grad_bias;
   if (need_c) out[places.b_pos + 2] = grad_pre * beta;
   // Grad mode is on here only under create_graph=True.
@@ -287,40 +315,59 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     // Arguments a, b, bias, c, then non-tensors.
-    return layer_backward(ctx, grads, {0, 1, 9, 0, 1}, nullptr);
+    return layer_backward(ctx, grads, {0, 1, 9, 0, 1}, nullptr, /*z_feeds_chain=*/false);
   }
 };
 
-// gemm_act_chained: gemm_act of a = a_act(a_preact), whose gradient goes to
-// a_preact through the fused gemm_dact (a itself gets none: the caller
-// guarantees a is a_act(a_preact), a cache of it). Arguments: a, a_preact,
-// a_activation, a_negative_slope, then gemm_act's from b on.
+// gemm_act_chained: gemm_act of a layer on a chain (schema.cpp). With
+// a_preact, a = a_act(a_preact) and its gradient goes to a_preact through
+// the fused gemm_dact (a itself gets none: the caller guarantees a is
+// a_act(a_preact), a cache of it), with a_bias's gradient from the same
+// epilogue. Arguments: a, a_preact, a_bias, a_activation, a_negative_slope,
+// then gemm_act's from b on, then z_feeds_chain.
 struct GemmActChainedFunction : public torch::autograd::Function<GemmActChainedFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& a_preact,
-                               c10::string_view a_activation, double a_negative_slope,
-                               const at::Tensor& b, const std::optional<at::Tensor>& bias,
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a,
+                               const std::optional<at::Tensor>& a_preact,
+                               const std::optional<at::Tensor>& a_bias, c10::string_view a_activation,
+                               double a_negative_slope, const at::Tensor& b,
+                               const std::optional<at::Tensor>& bias,
                                const std::optional<at::Tensor>& c, c10::string_view activation,
-                               double alpha, double beta, double negative_slope, bool store_preact) {
+                               double alpha, double beta, double negative_slope, bool store_preact,
+                               bool z_feeds_chain) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [y, z] = op::gemm_act_chained().call(a, a_preact, a_activation, a_negative_slope, b, bias,
-                                              c, activation, alpha, beta, negative_slope,
-                                              store_preact);
-    const Activation a_act = parse_activation(a_activation);
+    auto [y, z] = op::gemm_act_chained().call(a, a_preact, a_bias, a_activation, a_negative_slope, b,
+                                              bias, c, activation, alpha, beta, negative_slope,
+                                              store_preact, z_feeds_chain);
+    at::Tensor a_saved;
+    if (a_preact.has_value()) a_saved = grad_from_output(parse_activation(a_activation)) ? a : *a_preact;
     save_layer(ctx, a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, y, z,
-               grad_from_output(a_act) ? a : a_preact);
+               a_saved, a_bias.value_or(at::Tensor()));
     ctx->saved_data["a_activation"] = std::string(a_activation);
     ctx->saved_data["a_negative_slope"] = a_negative_slope;
+    ctx->saved_data["chained"] = a_preact.has_value();
+    ctx->saved_data["has_a_bias"] = a_bias.has_value();
+    ctx->saved_data["z_feeds_chain"] = z_feeds_chain;
     return {y, z};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
+    const bool z_feeds_chain = ctx->saved_data["z_feeds_chain"].toBool();
+    // Arguments a, a_preact, a_bias, two non-tensors, b, bias, c, then
+    // non-tensors (14 in all); edges count only the tensors present.
+    if (!ctx->saved_data["chained"].toBool()) {
+      return layer_backward(ctx, grads, {0, 5, 14, 0, 1}, nullptr, z_feeds_chain);
+    }
+    const variable_list saved_vars = ctx->get_saved_variables();
     ChainedInput chained;
-    chained.a_saved = ctx->get_saved_variables()[5];
+    chained.a_saved = saved_vars[5];
+    if (ctx->saved_data["has_a_bias"].toBool()) chained.a_bias = saved_vars[6];
     chained.activation = ctx->saved_data["a_activation"].toStringRef();
     chained.negative_slope = ctx->saved_data["a_negative_slope"].toDouble();
-    // Arguments a, a_preact, two non-tensors, b, bias, c, then non-tensors:
     // a_preact takes the gradient a would have had; a none.
-    return layer_backward(ctx, grads, {1, 4, 12, 1, 2}, &chained);
+    OperandPlaces places{1, 5, 14, 1, chained.a_bias.has_value() ? size_t{3} : size_t{2}};
+    places.a_bias_pos = 2;
+    places.a_bias_edge = 2;
+    return layer_backward(ctx, grads, places, &chained, z_feeds_chain);
   }
 };
 
@@ -336,13 +383,14 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_autograd(const at::Tensor& a, const 
 }
 
 std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autograd(
-    const at::Tensor& a, const at::Tensor& a_preact, c10::string_view a_activation,
-    double a_negative_slope, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-    const std::optional<at::Tensor>& c, c10::string_view activation, double alpha, double beta,
-    double negative_slope, bool store_preact) {
-  const variable_list out =
-      GemmActChainedFunction::apply(a, a_preact, a_activation, a_negative_slope, b, bias, c,
-                                    activation, alpha, beta, negative_slope, store_preact);
+    const at::Tensor& a, const std::optional<at::Tensor>& a_preact,
+    const std::optional<at::Tensor>& a_bias, c10::string_view a_activation, double a_negative_slope,
+    const at::Tensor& b, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
+    c10::string_view activation, double alpha, double beta, double negative_slope, bool store_preact,
+    bool z_feeds_chain) {
+  const variable_list out = GemmActChainedFunction::apply(
+      a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, beta,
+      negative_slope, store_preact, z_feeds_chain);
   return {out[0], out[1]};
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "activations.h"
+#include "op_handles.h"
 #include "testing.h"
 
 namespace gemm_act {
@@ -193,7 +194,8 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_outputs(const GemmActArgs& args) {
 }
 
 GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
-                              std::string_view activation, double alpha, double negative_slope) {
+                              const std::optional<at::Tensor>& bias, std::string_view activation,
+                              double alpha, double negative_slope) {
   check_floating(grad, "grad");
   check_like(saved, grad, "saved", "grad");
   TORCH_CHECK_VALUE(b.dim() == 2 && grad.dim() >= 1,
@@ -203,18 +205,40 @@ GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const
   expected.push_back(b.size(1));
   TORCH_CHECK_VALUE(saved.sizes() == at::IntArrayRef(expected), "gemm_dact: saved must have the shape of grad @ b, ",
                     shape_str(expected), ", got ", shape_str(saved.sizes()));
+  if (bias.has_value()) {
+    check_like(*bias, grad, "bias", "grad");
+    classify_bias(bias->sizes(), expected);  // a ValueError unless it broadcasts to dA
+  }
   // saved takes C's place (beta = 1 makes the checks keep it); the backends
   // read it as act'(saved), never add it.
   return prepare_gemm_act(grad, b, std::nullopt, saved, activation, alpha, /*beta=*/1.0,
                           negative_slope, /*store_preact=*/false);
 }
 
-void check_chained_input(const at::Tensor& a, const at::Tensor& a_preact,
-                         std::string_view a_activation, double a_negative_slope) {
+at::Tensor dact_bias_grad(const at::Tensor& grad_a, const std::optional<at::Tensor>& bias,
+                          const at::Tensor& column_sums) {
+  if (!bias.has_value()) return grad_a.new_empty({0});
+  if (!column_sums.defined()) return op::bias_grad().call(grad_a, *bias);
+  const int64_t n = grad_a.size(-1);
+  return column_sums.narrow(1, 0, n).sum(0).to(bias->scalar_type()).view(bias->sizes());
+}
+
+void check_chained_input(const at::Tensor& a, const std::optional<at::Tensor>& a_preact,
+                         const std::optional<at::Tensor>& a_bias, std::string_view a_activation,
+                         double a_negative_slope) {
   check_negative_slope(parse_activation(a_activation), a_negative_slope);
-  check_like(a_preact, a, "a_preact", "a");
-  TORCH_CHECK_VALUE(a_preact.sizes() == a.sizes(), "gemm_act_chained: a_preact must have a's shape ",
-                    shape_str(a.sizes()), ", got ", shape_str(a_preact.sizes()));
+  if (!a_preact.has_value()) {
+    TORCH_CHECK_VALUE(!a_bias.has_value(), "gemm_act_chained: a_bias is the bias of the layer whose "
+                      "pre-activation a_preact is; got a_bias without a_preact");
+    return;
+  }
+  check_like(*a_preact, a, "a_preact", "a");
+  TORCH_CHECK_VALUE(a_preact->sizes() == a.sizes(), "gemm_act_chained: a_preact must have a's shape ",
+                    shape_str(a.sizes()), ", got ", shape_str(a_preact->sizes()));
+  if (a_bias.has_value()) {
+    check_like(*a_bias, a, "a_bias", "a");
+    classify_bias(a_bias->sizes(), a.sizes());  // a ValueError unless it broadcasts to a_preact
+  }
 }
 
 namespace {

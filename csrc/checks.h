@@ -36,14 +36,24 @@ GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
 // What gemm_act returns once the backend has run: (Y, Z), Z empty when not stored.
 std::tuple<at::Tensor, at::Tensor> gemm_act_outputs(const GemmActArgs& args);
 
-// Validates gemm_dact's inputs (saved must have the shape of grad @ b) and
-// allocates dA: the arguments as gemm_act's with a = grad and C = saved.
+// Validates gemm_dact's inputs (saved must have the shape of grad @ b, a
+// bias must broadcast to it) and allocates dA: the arguments as gemm_act's
+// with a = grad and C = saved, and no bias (the bias is not added but summed
+// into: gemm_dact_impl).
 GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
-                              std::string_view activation, double alpha, double negative_slope);
+                              const std::optional<at::Tensor>& bias, std::string_view activation,
+                              double alpha, double negative_slope);
+
+// gemm_dact's bias gradient: empty without a bias; the sum in row order of
+// `column_sums` (a kernel's per-tile column sums of dA, [tiles, >= N] fp32)
+// where given; else bias_grad's sum of grad_a.
+at::Tensor dact_bias_grad(const at::Tensor& grad_a, const std::optional<at::Tensor>& bias,
+                          const at::Tensor& column_sums);
 
 // Validates what gemm_act_chained adds to gemm_act's arguments.
-void check_chained_input(const at::Tensor& a, const at::Tensor& a_preact,
-                         std::string_view a_activation, double a_negative_slope);
+void check_chained_input(const at::Tensor& a, const std::optional<at::Tensor>& a_preact,
+                         const std::optional<at::Tensor>& a_bias, std::string_view a_activation,
+                         double a_negative_slope);
 
 // Validates activation_backward's inputs and allocates dZ (and dbias).
 ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
@@ -84,13 +94,22 @@ std::string explain_impl(const at::Tensor& a, const at::Tensor& b,
                                store_preact));
 }
 
-// The gemm_dact operator of a backend whose kernel is `Run`.
-template <void (*Run)(const GemmActArgs&)>
-at::Tensor gemm_dact_impl(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
-                          c10::string_view activation, double alpha, double negative_slope) {
-  const GemmActArgs args = prepare_gemm_dact(grad, b, saved, activation, alpha, negative_slope);
-  if (args.params.m > 0 && args.params.n > 0) Run(args);
-  return args.y.view(args.out_sizes);
+// The gemm_dact operator of a backend whose kernel is `Run`, which computes
+// dA and, asked for them (for a bias per column), may return dA's per-tile
+// column sums reduced in its epilogue (else an undefined tensor).
+template <at::Tensor (*Run)(const GemmActArgs&, bool column_sums)>
+std::tuple<at::Tensor, at::Tensor> gemm_dact_impl(const at::Tensor& grad, const at::Tensor& b,
+                                                  const at::Tensor& saved,
+                                                  const std::optional<at::Tensor>& bias,
+                                                  c10::string_view activation, double alpha,
+                                                  double negative_slope) {
+  const GemmActArgs args = prepare_gemm_dact(grad, b, saved, bias, activation, alpha, negative_slope);
+  const int64_t n = args.params.n;
+  const bool per_column = bias.has_value() && bias->dim() >= 1 && bias->size(-1) == n && bias->numel() == n;
+  at::Tensor column_sums;
+  if (args.params.m > 0 && n > 0) column_sums = Run(args, per_column);
+  const at::Tensor grad_a = args.y.view(args.out_sizes);
+  return {grad_a, dact_bias_grad(grad_a, bias, column_sums)};
 }
 
 // The activation_backward operator of a backend whose kernel is `Run`.

@@ -16,9 +16,9 @@ using GemmActSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
     const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool);
 using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
-    const at::Tensor&, const at::Tensor&, c10::string_view, double, const at::Tensor&,
-    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view, double,
-    double, double, bool);
+    const at::Tensor&, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+    c10::string_view, double, const at::Tensor&, const std::optional<at::Tensor>&,
+    const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool, bool);
 using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
 using BiasGradSignature = at::Tensor(const at::Tensor&, const at::Tensor&);
@@ -28,8 +28,9 @@ using GluBackwardSignature = at::Tensor(const at::Tensor&, const at::Tensor&, c1
 using GemmGluSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
     const std::optional<at::Tensor>&, c10::string_view, double, bool);
-using GemmDactSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                     c10::string_view, double, double);
+using GemmDactSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+    c10::string_view, double, double);
 
 template <class Signature>
 c10::TypedOperatorHandle<Signature> find(const char* qualified_name) {

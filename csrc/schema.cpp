@@ -21,19 +21,27 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def("bias_grad(Tensor grad, Tensor bias) -> Tensor");
   // act'(saved) * (alpha * grad @ b): the gradient of a GEMM's input a =
   // act(Z) with respect to Z, in one GEMM where a backend fuses it (saved is
-  // Y or Z as the activation's table row says). The backward of
+  // Y or Z as the activation's table row says); with a bias, also that
+  // gradient summed to the bias's shape (the gradient of the bias that Z
+  // includes), reduced in the same epilogue where the kernel does. Returns
+  // (dZ, dbias), dbias empty without a bias. The backward of
   // gemm_act_chained; not itself differentiable.
   m.def(
-      "gemm_dact(Tensor grad, Tensor b, Tensor saved, str activation, float alpha, "
-      "float negative_slope) -> Tensor");
-  // gemm_act of a = a_activation(a_preact), a being that value already (the
-  // layer before's Y, its Z being a_preact): the same outputs as gemm_act,
-  // while the gradient goes to a_preact (through gemm_dact) and not to a.
-  // The MLP backward fused across layers (torch_gemm_act.chain, fuse_linear_act).
+      "gemm_dact(Tensor grad, Tensor b, Tensor saved, Tensor? bias, str activation, float alpha, "
+      "float negative_slope) -> (Tensor, Tensor)");
+  // gemm_act for a layer on a chain of layers (the MLP backward fused
+  // across layers: torch_gemm_act.chain, fuse_linear_act): the same outputs.
+  // With a_preact, a is the layer before's output a_activation(a_preact)
+  // already, and a's gradient goes to a_preact (through gemm_dact) and not
+  // to a; a_bias, when that layer was called with z_feeds_chain, is its bias,
+  // whose gradient (from a_preact's) this op returns. With z_feeds_chain, Z
+  // goes to the next layer's gemm_act_chained as its a_preact: a gradient
+  // arriving on Z adds nothing to this op's bias gradient, which that layer
+  // returns through its a_bias.
   m.def(
-      "gemm_act_chained(Tensor a, Tensor a_preact, str a_activation, float a_negative_slope, "
-      "Tensor b, Tensor? bias, Tensor? c, str activation, float alpha, float beta, "
-      "float negative_slope, bool store_preact) -> (Tensor, Tensor)");
+      "gemm_act_chained(Tensor a, Tensor? a_preact, Tensor? a_bias, str a_activation, "
+      "float a_negative_slope, Tensor b, Tensor? bias, Tensor? c, str activation, float alpha, "
+      "float beta, float negative_slope, bool store_preact, bool z_feeds_chain) -> (Tensor, Tensor)");
   // The gated activation, act(h[..., :N]) * h[..., N:]: h holds a gate's
   // pre-activation and an up projection side by side (glu.h).
   m.def("glu(Tensor h, str activation, float negative_slope) -> Tensor");

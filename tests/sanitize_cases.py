@@ -92,8 +92,9 @@ def run_cases(only_bf16_weight_t, small):
             w = torch.randn(k, n, device=dev, dtype=dtype)
             saved = torch.randn(m, n, device=dev, dtype=dtype)
             for b, act in ((w, "gelu"), (w.t().contiguous().t(), "relu")):
-                torch.ops.gemm_act.gemm_dact(grad, b, saved, act, 1.0, 0.01)
-                count += 1
+                for bias in (None, torch.randn(n, device=dev, dtype=dtype)):  # with the column sums
+                    torch.ops.gemm_act.gemm_dact(grad, b, saved, bias, act, 1.0, 0.01)
+                    count += 1
             for bias_shape in ((n,), (m, 1), ()):  # bias_grad: the reduction without dZ
                 torch.ops.gemm_act.bias_grad(saved, torch.empty(bias_shape, device=dev, dtype=dtype))
                 count += 1

@@ -8,7 +8,7 @@ import torch_gemm_act as tga
 from conftest import requires_cuda
 from reference import ACTIVATIONS, BIAS_KINDS, TOL, assert_close, make_bias, torch_twin
 from torch_gemm_act.activations import GRAD_FROM_OUTPUT
-from torch_gemm_act.chain import linear_act_linear
+from torch_gemm_act.chain import ChainLink, chained_gemm, linear_act_linear
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 
@@ -32,7 +32,8 @@ def _saved(z, activation, negative_slope=0.01):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("b_layout", ["nmajor", "kmajor"])
 @pytest.mark.parametrize("shape", [(256, 128, 192), (37, 19, 45)])
-def test_gemm_dact_matches_reference(activation, dtype, b_layout, shape, device):
+@pytest.mark.parametrize("bias_kind", ["none", "column"])
+def test_gemm_dact_matches_reference(activation, dtype, b_layout, shape, bias_kind, device):
     m, k, n = shape
     grad = torch.randn(m, k, dtype=dtype, device=device)
     b = torch.randn(k, n, dtype=torch.float64) / k ** 0.5
@@ -40,12 +41,36 @@ def test_gemm_dact_matches_reference(activation, dtype, b_layout, shape, device)
     z = (2 * torch.randn(m, n, dtype=torch.float64)).to(dtype=dtype, device=device)
     saved = _saved(z, activation, 0.1)
     alpha = 0.75
-    out = torch.ops.gemm_act.gemm_dact(grad, b, saved, activation, alpha, 0.1)
+    bias = make_bias(bias_kind, (m, n), dtype, device)
+    out, grad_bias = torch.ops.gemm_act.gemm_dact(grad, b, saved, bias, activation, alpha, 0.1)
     expected = _derivative64(z, activation, 0.1) * alpha * (grad.double().cpu() @ b.double().cpu())
     assert out.dtype == dtype and out.shape == (m, n) and out.is_contiguous()
     rtol, atol = TOL[dtype]
     # bf16/fp16 Y or Z carry their rounding into act'.
     torch.testing.assert_close(out.double().cpu(), expected, rtol=rtol, atol=4 * atol)
+    if bias is None:
+        assert grad_bias.numel() == 0
+    else:
+        # The sum of dZ (the fused kernel sums it before rounding) over M rows.
+        assert grad_bias.shape == bias.shape and grad_bias.dtype == dtype
+        torch.testing.assert_close(grad_bias.double().cpu(), expected.sum(0), rtol=rtol,
+                                   atol=4 * atol * m ** 0.5)
+
+
+@pytest.mark.parametrize("bias_kind", [k for k in BIAS_KINDS if k != "none"])
+def test_gemm_dact_bias_of_any_kind(bias_kind, device):
+    """Whatever the bias's shape, its gradient is dZ summed to that shape
+    (only a bias per column is reduced in the fused kernel's epilogue)."""
+    m, k, n = 136, 64, 200
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    grad = torch.randn(m, k, device=device, dtype=dtype)
+    b = (torch.randn(k, n, device=device) / k ** 0.5).to(dtype)
+    z = torch.randn(m, n, device=device, dtype=dtype)
+    bias = make_bias(bias_kind, (m, n), dtype, device)
+    out, grad_bias = torch.ops.gemm_act.gemm_dact(grad, b, z, bias, "gelu", 1.0, 0.01)
+    expected = out.double().sum_to_size(bias.shape)
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(grad_bias.double(), expected, rtol=rtol, atol=4 * atol * m ** 0.5)
 
 
 @requires_cuda
@@ -57,25 +82,38 @@ def test_gemm_dact_runs_the_fused_kernel_cuda():
     grad = torch.randn(512, 256, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(256, 384, dtype=torch.bfloat16, device="cuda")
     z = torch.randn(512, 384, dtype=torch.bfloat16, device="cuda")
-    with tga.testing.override(poison_outputs=False):  # no fill before the kernel
-        torch.ops.gemm_act.gemm_dact(grad, b, z, "gelu", 1.0, 0.01)  # warm up
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            torch.ops.gemm_act.gemm_dact(grad, b, z, "gelu", 1.0, 0.01)
-            torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert len(names) == 1 and "DactEpilogue" in names[0], names
+    bias = torch.randn(384, dtype=torch.bfloat16, device="cuda")
+    for with_bias in (False, True):
+        args = (grad, b, z, bias if with_bias else None, "gelu", 1.0, 0.01)
+        with tga.testing.override(poison_outputs=False):  # no fill before the kernel
+            torch.ops.gemm_act.gemm_dact(*args)  # warm up
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                torch.ops.gemm_act.gemm_dact(*args)
+                torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        assert names and "DactEpilogue" in names[0], names
+        # The bias's gradient: the epilogue's per-tile sums added up (a
+        # reduction over 4 rows of them and the cast), not a pass over dZ.
+        assert len(names) == (3 if with_bias else 1), names
+        assert not any("gemm_act::gpu::backward" in name for name in names), names
 
 
 def test_gemm_dact_checks_saved(device):
     grad = torch.randn(4, 3, device=device)
     b = torch.randn(3, 5, device=device)
     with pytest.raises(ValueError, match=r"saved must have the shape of grad @ b, \[4, 5\], got \[4, 4\]"):
-        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 4, device=device), "gelu", 1.0, 0.01)
+        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 4, device=device), None, "gelu", 1.0, 0.01)
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
-        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 5, device=device), "swish", 1.0, 0.01)
+        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 5, device=device), None, "swish", 1.0, 0.01)
+    with pytest.raises(ValueError, match=r"bias of shape \[4\] does not broadcast to the output \[4, 5\]"):
+        torch.ops.gemm_act.gemm_dact(grad, b, torch.randn(4, 5, device=device), torch.randn(4, device=device),
+                                     "gelu", 1.0, 0.01)
     with pytest.raises(ValueError, match="a_preact must have a's shape"):
-        torch.ops.gemm_act.gemm_act_chained(grad, grad[:, :2], "gelu", 0.01, b, None, None, "none",
-                                            1.0, 0.0, 0.01, False)
+        torch.ops.gemm_act.gemm_act_chained(grad, grad[:, :2], None, "gelu", 0.01, b, None, None, "none",
+                                            1.0, 0.0, 0.01, False, False)
+    with pytest.raises(ValueError, match="got a_bias without a_preact"):
+        torch.ops.gemm_act.gemm_act_chained(grad, None, grad[0], "gelu", 0.01, b, None, None, "none",
+                                            1.0, 0.0, 0.01, False, False)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
@@ -124,13 +162,21 @@ def test_opcheck_chain_operators(device):
     grad = torch.randn(8, 6, device=device)
     b = torch.randn(6, 5, device=device)
     saved = torch.randn(8, 5, device=device)
-    torch.library.opcheck(torch.ops.gemm_act.gemm_dact.default, (grad, b, saved, "silu", 1.5, 0.01))
+    torch.library.opcheck(torch.ops.gemm_act.gemm_dact.default, (grad, b, saved, None, "silu", 1.5, 0.01))
+    torch.library.opcheck(torch.ops.gemm_act.gemm_dact.default,
+                          (grad, b, saved, torch.randn(5, device=device), "silu", 1.5, 0.01))
     a_preact = torch.randn(8, 6, device=device, requires_grad=True)
     a = torch.nn.functional.gelu(a_preact).detach()
+    a_bias = torch.randn(6, device=device, requires_grad=True)
     w = torch.randn(6, 5, device=device, requires_grad=True)
     bias = torch.randn(5, device=device, requires_grad=True)
     torch.library.opcheck(torch.ops.gemm_act.gemm_act_chained.default,
-                          (a, a_preact, "gelu", 0.01, w, bias, None, "relu", 1.0, 0.0, 0.01, False))
+                          (a, a_preact, None, "gelu", 0.01, w, bias, None, "relu", 1.0, 0.0, 0.01, False, False))
+    torch.library.opcheck(torch.ops.gemm_act.gemm_act_chained.default,
+                          (a, a_preact, a_bias, "gelu", 0.01, w, bias, None, "relu", 1.0, 0.0, 0.01, True, True))
+    torch.library.opcheck(torch.ops.gemm_act.gemm_act_chained.default,
+                          (a_preact.detach().requires_grad_(), None, None, "none", 0.0, w, bias, None, "gelu",
+                           1.0, 0.0, 0.01, True, True))
 
 
 def test_chain_under_torch_compile(device):
@@ -162,6 +208,43 @@ def test_chain_under_torch_compile(device):
     for g, r in zip([*grads, x.grad], [*(p.grad for p in mlp.parameters()), x2.grad]):
         scale = r.double().abs().max().clamp_min(1)
         assert_close(g.double() / scale, r.double() / scale, dtype)
+
+
+def _mlp64(device, requires_grad=(True, True, True, True, True)):
+    shapes = ((6, 5), (7, 5), (7,), (3, 7), (3,))
+    return [torch.randn(s, dtype=torch.float64, device=device).requires_grad_(r)
+            for s, r in zip(shapes, requires_grad)]
+
+
+@pytest.mark.parametrize("use", ["chain", "y1_elsewhere", "not_taken", "biases_only"])
+def test_chain_bias_gradients(use, device):
+    """The first layer's bias gradient arrives once, whatever else happens:
+    from the chained layer's epilogue for the part through Z1 (the first
+    layer leaves it out of its own sum), from the first layer for any other
+    use of Y1, and from the first layer alone when the link is not taken.
+    With only the biases trainable, the chained backward still computes
+    dZ1 for them."""
+    grads_wanted = (False, False, True, False, True) if use == "biases_only" else (True,) * 5
+    x, w1, b1, w2, b2 = _mlp64(device, grads_wanted)
+
+    def forward(chain):
+        link = ChainLink()
+        if chain:
+            y1 = chained_gemm(x, w1.t(), b1, "gelu", 0.01, link_out=link, any_size=True)
+        else:
+            y1 = torch.nn.functional.gelu(x @ w1.t() + b1)
+        x2 = y1 * 1.0 if use == "not_taken" else y1
+        out = (chained_gemm(x2, w2.t(), b2, "none", 0.01, link_in=link) if chain else x2 @ w2.t() + b2)
+        if use == "y1_elsewhere":
+            out = out + y1.sum(-1, keepdim=True) * 0.5
+        return out
+
+    leaves = [t for t in (x, w1, b1, w2, b2) if t.requires_grad]
+    grad = torch.randn(6, 3, dtype=torch.float64, device=device)
+    got = torch.autograd.grad(forward(True), leaves, grad)
+    want = torch.autograd.grad(forward(False), leaves, grad)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
 
 
 @requires_cuda

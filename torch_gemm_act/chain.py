@@ -5,8 +5,12 @@ meets the first layer's activation derivative: dZ1 = dY1 * act'(Z1). The
 chained operator (``gemm_act_chained``) computes the second layer's forward
 as ``gemm_act`` does, and in its backward writes dZ1 directly, with act'
 applied in the epilogue of the GEMM that computes it (``gemm_dact``), so
-dY1 never goes to memory and back. The first layer then receives dZ1 as the
-gradient of its pre-activation Z1 and runs no activation pass of its own.
+dY1 never goes to memory and back, and sums dZ1 over its rows in the same
+epilogue: the first layer's bias gradient, which the chained operator
+returns itself (the first layer, called with ``z_feeds_chain``, leaves the
+gradient arriving on Z1 out of its own bias sum). The first layer then
+receives dZ1 as the gradient of its pre-activation Z1 and runs no
+activation pass or bias sum of its own.
 
 Two modules take part: the first layer publishes (Y1, Z1) on a link it
 shares with the second, which takes Z1 when its input *is* that Y1. Nothing
@@ -39,7 +43,7 @@ class ChainLink:
     between the two, which passes Y on unchanged (the same tensor) only with
     p = 0 or in eval mode; otherwise nothing is published."""
 
-    __slots__ = ("y", "z", "activation", "negative_slope", "through")
+    __slots__ = ("y", "z", "bias", "activation", "negative_slope", "through")
 
     def __init__(self, through=None):
         self.through = through
@@ -50,15 +54,17 @@ class ChainLink:
         return self.through is None or not self.through.training or self.through.p == 0
 
     def clear(self):
-        self.y = self.z = None
+        self.y = self.z = self.bias = None
         self.activation, self.negative_slope = IDENTITY, 0.0
 
-    def put(self, y, z, activation, negative_slope):
-        self.y, self.z, self.activation, self.negative_slope = y, z, activation, negative_slope
+    def put(self, y, z, bias, activation, negative_slope):
+        """Y, its Z and the bias Z includes, of a layer called with z_feeds_chain."""
+        self.y, self.z, self.bias = y, z, bias
+        self.activation, self.negative_slope = activation, negative_slope
 
     def take(self, x):
-        """(Z, activation, slope) when x is the published Y, else None; the link is empty after."""
-        found = (self.z, self.activation, self.negative_slope) if self.y is x else None
+        """(Z, bias, activation, slope) when x is the published Y, else None; the link is empty after."""
+        found = (self.z, self.bias, self.activation, self.negative_slope) if self.y is x else None
         self.clear()
         return found
 
@@ -122,22 +128,18 @@ def chain_pays(x, b, bias, activation, any_size=False):
 
 def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False):
     """act(x @ b + bias) for a layer on a chain: taking the layer before's Z
-    from ``link_in`` when x is its output, publishing its own on ``link_out``
-    where that pays (chain_pays)."""
+    (and bias) from ``link_in`` when x is its output, publishing its own on
+    ``link_out`` where that pays (chain_pays)."""
     source = link_in.take(x) if link_in is not None else None
     publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, activation, any_size)
-    if source is None:
-        if not publish:
-            return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
-        y, z = gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope,
-                        return_preact=True)
-    else:
-        x_preact, x_activation, x_slope = source
-        store = publish or _stores_preact(x, b, bias, None, activation, False)
-        y, z = ops.gemm_act_chained_op(x, x_preact, x_activation, float(x_slope), b, bias, None,
-                                       activation, 1.0, 0.0, float(negative_slope), store)
+    if source is None and not publish:
+        return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
+    x_preact, x_bias, x_activation, x_slope = source if source is not None else (None, None, IDENTITY, 0.0)
+    store = publish or _stores_preact(x, b, bias, None, activation, False)
+    y, z = ops.gemm_act_chained_op(x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None,
+                                   activation, 1.0, 0.0, float(negative_slope), store, publish)
     if publish:
-        link_out.put(y, z, activation, negative_slope)
+        link_out.put(y, z, bias, activation, negative_slope)
     return y
 
 

@@ -174,8 +174,8 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
             return False
         with graph.inserting_before(user):
             z = _stored_z(graph, out)
-            new = graph.call_function(chained, (y, z, activation, slope, b, bias, None, act2, alpha,
-                                                beta, slope2, store2))
+            new = graph.call_function(chained, (y, z, None, activation, slope, b, bias, None, act2,
+                                                alpha, beta, slope2, store2, False))
     else:
         gemm = _gemm_of(user)
         if gemm is None or gemm[0] is not y:
@@ -184,8 +184,8 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
         with graph.inserting_before(user):
             z = _stored_z(graph, out)
             b = graph.call_function(torch.t, (w,)) if transpose else w
-            new_out = graph.call_function(chained, (y, z, activation, slope, b, bias, None, "none",
-                                                    1.0, 0.0, 0.01, False))
+            new_out = graph.call_function(chained, (y, z, None, activation, slope, b, bias, None, "none",
+                                                    1.0, 0.0, 0.01, False, False))
             new = graph.call_function(operator.getitem, (new_out, 0))
     new.meta.update(user.meta)
     user.replace_all_uses_with(new)

@@ -35,17 +35,18 @@ def _activation_backward_fake(grad_y, saved, bias, activation, negative_slope):
 
 
 @torch.library.register_fake("gemm_act::gemm_dact")
-def _gemm_dact_fake(grad, b, saved, activation, alpha, negative_slope):
+def _gemm_dact_fake(grad, b, saved, bias, activation, alpha, negative_slope):
     torch._check(b.dim() == 2, lambda: f"gemm_dact: b must be 2-D [K, N], got {tuple(b.shape)}")
     out_shape = (*grad.shape[:-1], b.shape[1])
     torch._check(tuple(saved.shape) == out_shape, lambda: "gemm_dact: saved must have the shape of grad @ b")
-    return grad.new_empty(out_shape)
+    return grad.new_empty(out_shape), (grad.new_empty(bias.shape) if bias is not None else grad.new_empty(0))
 
 
 @torch.library.register_fake("gemm_act::gemm_act_chained")
-def _gemm_act_chained_fake(a, a_preact, a_activation, a_negative_slope, b, bias, c, activation, alpha,
-                           beta, negative_slope, store_preact):
-    torch._check(a_preact.shape == a.shape, lambda: "gemm_act_chained: a_preact must have a's shape")
+def _gemm_act_chained_fake(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation,
+                           alpha, beta, negative_slope, store_preact, z_feeds_chain):
+    torch._check(a_preact is None or a_preact.shape == a.shape,
+                 lambda: "gemm_act_chained: a_preact must have a's shape")
     return _gemm_act_fake(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact)
 
 

@@ -113,8 +113,9 @@ std::string plan_cuda(const GemmActArgs& args) {
 }
 
 // gemm_dact: the sm90 family's fused kernel where the rule starts at sm90 and
-// it takes the case, else the GEMM and the backward pass in place.
-void gemm_dact_cuda(const GemmActArgs& args) {
+// it takes the case (with the column sums of dA when asked), else the GEMM
+// and the backward pass in place.
+at::Tensor gemm_dact_cuda(const GemmActArgs& args, bool column_sums) {
   const c10::cuda::CUDAGuard device_guard(args.y.device());
   check_device_supported(args.y.get_device());
   const GemmActParams& p = args.params;
@@ -123,12 +124,13 @@ void gemm_dact_cuda(const GemmActArgs& args) {
                 p.m, p.k, p.n, c10::toString(args.y.scalar_type()), activation_name(p.activation));
   const NvtxRange range(label);
 #ifdef GEMM_ACT_WITH_SM90
+  at::Tensor sums;
   if (std::string(first_backend()->name) == "sm90" &&
-      sm90::try_gemm_dact(args, c10::cuda::getCurrentCUDAStream())) {
-    return;
+      sm90::try_gemm_dact(args, c10::cuda::getCurrentCUDAStream(), column_sums ? &sums : nullptr)) {
+    return sums;
   }
 #endif
-  gemm_dact_unfused<activation_backward_cuda>(args);
+  return gemm_dact_unfused<activation_backward_cuda>(args, column_sums);
 }
 
 void activation_backward_checked(const ActivationBackwardArgs& args) {

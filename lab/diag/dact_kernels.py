@@ -32,9 +32,9 @@ def main():
         saved = torch.randn(m, n, device="cuda", dtype=dtype)
         mm = bench(lambda: torch.mm(grad, w2))
         unchained = bench(lambda: torch.ops.gemm_act.activation_backward(torch.mm(grad, w2), saved, None, act, 0.01))
-        dact = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, act, 1.0, 0.01))
+        dact = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, None, act, 1.0, 0.01))
         with tga.testing.override(cuda_backend="library"):
-            dact_lib = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, act, 1.0, 0.01))
+            dact_lib = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, None, act, 1.0, 0.01))
         bias = torch.empty(n, device="cuda", dtype=dtype)
         ours_sum = bench(lambda: torch.ops.gemm_act.bias_grad(saved, bias))
         torch_sum = bench(lambda: saved.sum(0))

@@ -2,6 +2,7 @@
 // activation: the tree
 //
 //     dA = act'(saved) * alpha * acc        fp32, in registers (DactEpilogue)
+//     partials[tile_m, n] = sum of dA over the tile's rows    (ColumnSums)
 //
 // on the TMA warp-specialised collective epilogue, with `saved` (Y or Z of
 // the layer before, [M, N] row-major) as the collective's source C: the
@@ -9,6 +10,13 @@
 // epilogue stores Z (GmemSourceFetch's per-thread loads, which the forward
 // keeps for its rare, any-strided C, made this GEMM 1.17x the GEMM and the
 // backward pass it replaces). dA is the kernel's D. No bias, no Z.
+//
+// The column sums are the layer before's bias gradient, taken from the fp32
+// dA in registers instead of reading dA back from memory: each tile writes
+// its rows' sums (CUTLASS's row reduction without its final step, so no
+// workspace, counters or atomics) into partials [ceil(M / tile M),
+// N rounded up to tile N] fp32, params.z, which the entry then sums in row
+// order (deterministic). With params.z null nothing is reduced.
 #pragma once
 
 #include "activations.h"
@@ -25,9 +33,14 @@ struct GemmDactEpilogue {
   static_assert(!Config::kStoresZ, "gemm_dact stores no Z: its configurations say stores_z=False");
   using Layout = cutlass::layout::RowMajor;  // saved and dA [M, N], rows 16-byte aligned
   static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
-  using Callbacks = fusion::Sm90EVT<
+  using Dact = fusion::Sm90EVT<
       fusion::Sm90Compute<DactEpilogue<kAct>::template Fn, Element, float, kRound>,
       fusion::Sm90AccFetch, fusion::Sm90SrcFetch<Element>>;
+  using ColumnSums = fusion::Sm90RowReduction<
+      cutlass::plus, cutlass::plus, cutlass::plus, /*Stages=*/0, typename Config::TileShape,
+      float, float, kRound, Stride<_0, _1, _0>, /*Alignment=*/4, /*EnableNullptr=*/true,
+      /*FinalReduction=*/false>;
+  using Callbacks = fusion::Sm90EVT<ColumnSums, Dact>;
   using Collective = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
       typename Config::ClusterShape, typename Config::EpilogueTile, float, float,
@@ -35,10 +48,12 @@ struct GemmDactEpilogue {
       Element, Layout, kAlignment,  // D: dA
       typename Config::EpilogueSchedule, Callbacks>::CollectiveOp;
 
-  // alpha and the slope are the call's; saved (params.c) goes to the
-  // collective as C (launch_dact_kernel), the rest of the params is unused.
+  // alpha and the slope are the call's, the partials params.z; saved
+  // (params.c) goes to the collective as C (launch_dact_kernel), the rest of
+  // the params is unused.
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
-    return {{}, {}, DactArguments{static_cast<float>(p.alpha), static_cast<float>(p.negative_slope)}};
+    return {{{}, {}, DactArguments{static_cast<float>(p.alpha), static_cast<float>(p.negative_slope)}},
+            {p.z, 0.0f, {}}};
   }
 };
 

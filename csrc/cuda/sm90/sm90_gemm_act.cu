@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "activations.h"
+#include "checks.h"
 #include "cuda/library/cublaslt_epilogue.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
@@ -290,8 +291,8 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   return true;
 }
 
-bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream) {
-  const GemmActParams& p = args.params;
+bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums) {
+  GemmActParams p = args.params;  // z: the column sums, when asked for
   if (!args.a.is_cuda() || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.c == nullptr) return false;
   const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
   const int device = args.a.get_device();
@@ -312,8 +313,17 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream) {
   const std::optional<KernelConfig> forced = forced_config();
   if (forced.has_value() && computes_dact(*forced)) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
+  at::Tensor sums;
+  if (column_sums != nullptr) {
+    const TileGeometry tile = tile_geometry(la.config);
+    sums = at::empty({(p.m + tile.tile_m - 1) / tile.tile_m, (p.n + tile.tile_n - 1) / tile.tile_n * tile.tile_n},
+                     args.a.options().dtype(at::kFloat));
+    poison_if_requested(sums);
+    p.z = sums.data_ptr();
+  }
   const LaunchResult result = launch(la.config, *dtype, *layout, p.activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return false;
+  if (column_sums != nullptr) *column_sums = std::move(sums);
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_dact: the sm90 kernel '",
               config_name(la.config), "' failed at ", result.what, ": ",
               result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
