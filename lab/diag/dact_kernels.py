@@ -1,7 +1,8 @@
 """gemm_dact against what it replaces, at the model cases' second-layer
 input gradients: torch.mm alone (the floor), torch.mm then the activation
 backward pass (the unchained backward), and gemm_dact (one fused GEMM) under
-the rule and with the library forced; and the first layer's bias gradient,
+the rule and with the library forced; and the first layer's bias gradient:
+gemm_dact summing it in its epilogue against gemm_dact then bias_grad, and
 bias_grad against PyTorch's sum. Median ms (triton's do_bench).
 
     python lab/diag/dact_kernels.py
@@ -38,9 +39,13 @@ def main():
         bias = torch.empty(n, device="cuda", dtype=dtype)
         ours_sum = bench(lambda: torch.ops.gemm_act.bias_grad(saved, bias))
         torch_sum = bench(lambda: saved.sum(0))
+        fused_bias = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, bias, act, 1.0, 0.01))
+        then_sum = bench(lambda: torch.ops.gemm_act.bias_grad(
+            torch.ops.gemm_act.gemm_dact(grad, w2, saved, None, act, 1.0, 0.01)[0], bias))
         print(f"{name:8} {mm:8.3f} {unchained:8.3f} {dact:8.3f} {dact_lib:9.3f}  {dact / mm:6.3f}  "
               f"{dact / unchained:6.3f}   bias grad [{m}, {n}]: bias_grad {ours_sum:.3f}, "
-              f"sum(0) {torch_sum:.3f} ms")
+              f"sum(0) {torch_sum:.3f} ms; dact with it {fused_bias:.3f} against dact then "
+              f"bias_grad {then_sum:.3f} ms")
 
 
 if __name__ == "__main__":
