@@ -16,7 +16,9 @@
 // its rows' sums (CUTLASS's row reduction without its final step, so no
 // workspace, counters or atomics) into partials [ceil(M / tile M),
 // N rounded up to tile N] fp32, params.z, which the entry then sums in row
-// order (deterministic). With params.z null nothing is reduced.
+// order (deterministic). With params.z null nothing is reduced. Elements
+// past M or N are not masked: TMA reads zeros there for A, B and saved, so
+// their dA is 0, the sum's identity.
 #pragma once
 
 #include "activations.h"
@@ -33,13 +35,15 @@ struct GemmDactEpilogue {
   static_assert(!Config::kStoresZ, "gemm_dact stores no Z: its configurations say stores_z=False");
   using Layout = cutlass::layout::RowMajor;  // saved and dA [M, N], rows 16-byte aligned
   static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
+  // fp32 out of the tree: the column sums add unrounded dA; the collective
+  // rounds it to Element for the store.
   using Dact = fusion::Sm90EVT<
-      fusion::Sm90Compute<DactEpilogue<kAct>::template Fn, Element, float, kRound>,
+      fusion::Sm90Compute<DactEpilogue<kAct>::template Fn, float, float, kRound>,
       fusion::Sm90AccFetch, fusion::Sm90SrcFetch<Element>>;
   using ColumnSums = fusion::Sm90RowReduction<
       cutlass::plus, cutlass::plus, cutlass::plus, /*Stages=*/0, typename Config::TileShape,
       float, float, kRound, Stride<_0, _1, _0>, /*Alignment=*/4, /*EnableNullptr=*/true,
-      /*FinalReduction=*/false>;
+      /*FinalReduction=*/false, /*VisitCheckOOB=*/false>;
   using Callbacks = fusion::Sm90EVT<ColumnSums, Dact>;
   using Collective = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
