@@ -21,7 +21,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .activations import GATED_BY_GATE, check_activation
+from .activations import GATED_BY_GATE, IDENTITY, check_activation
 from .chain import chains
 from .functional import _PLAIN, _compiles_as_eager, _needs_grad, _stores_preact
 
@@ -78,6 +78,8 @@ def _gemm_of(node):
 
 
 _PLAIN_VALUES = _PLAIN | {FakeTensor}  # plain tensors, as captured
+_GEMM_ACT = torch.ops.gemm_act.gemm_act.default
+_CHAINED = torch.ops.gemm_act.gemm_act_chained.default
 
 
 def _value(node):
@@ -153,9 +155,10 @@ def _gated_up(gate_node, gate, act_node, activation):
 
 def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     """Where Y feeds one Linear alone, chains them as fuse_linear_act does
-    (chain.py): Z stored, and the Linear's GEMM (fused with its own
-    activation or not) becomes gemm_act_chained, its input's gradient going
-    to Z. Not without a backward, nor where the layer would not chain
+    (chain.py): the layer stores Z for the chain (_head), and the Linear's
+    GEMM (fused with its own activation or not) becomes gemm_act_chained,
+    its input's gradient going to Z and the layer's bias gradient coming
+    from it. Not without a backward, nor where the layer would not chain
     (chain.chains: the fused kernel's dtypes and GPU; on CUDA not for an
     activation whose derivative comes from Y). Unlike a module, no size
     threshold: compiled, the chain adds no host time. Returns whether it
@@ -166,26 +169,32 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
             not chains(x_value, activation):
         return False
     (user,) = y.users
-    chained = torch.ops.gemm_act.gemm_act_chained.default
-    if user.op == "call_function" and user.target is torch.ops.gemm_act.gemm_act.default and \
-            user.args[0] is y:
-        b, bias, c, act2, alpha, beta, slope2, store2 = user.args[1:]
+    if user.op == "call_function" and user.target is _CHAINED and user.args[0] is y and user.args[1] is None:
+        # The next pair's first layer, made a chain's head already: its input is chained too.
+        with graph.inserting_before(user):
+            z, bias = _head(graph, out)
+        args = list(user.args)
+        args[1:5] = [z, bias, activation, slope]
+        user.args = tuple(args)
+        return True
+    if user.op == "call_function" and user.target is _GEMM_ACT and user.args[0] is y:
+        b, bias2, c, act2, alpha, beta, slope2, store2 = user.args[1:]
         if c is not None:
             return False
         with graph.inserting_before(user):
-            z = _stored_z(graph, out)
-            new = graph.call_function(chained, (y, z, None, activation, slope, b, bias, None, act2,
-                                                alpha, beta, slope2, store2, False))
+            z, bias = _head(graph, out)
+            new = graph.call_function(_CHAINED, (y, z, bias, activation, slope, b, bias2, None, act2,
+                                                 alpha, beta, slope2, store2, False))
     else:
         gemm = _gemm_of(user)
         if gemm is None or gemm[0] is not y:
             return False
-        _, w, bias, transpose = gemm
+        _, w, bias2, transpose = gemm
         with graph.inserting_before(user):
-            z = _stored_z(graph, out)
+            z, bias = _head(graph, out)
             b = graph.call_function(torch.t, (w,)) if transpose else w
-            new_out = graph.call_function(chained, (y, z, None, activation, slope, b, bias, None, "none",
-                                                    1.0, 0.0, 0.01, False, False))
+            new_out = graph.call_function(_CHAINED, (y, z, bias, activation, slope, b, bias2, None, "none",
+                                                     1.0, 0.0, 0.01, False, False))
             new = graph.call_function(operator.getitem, (new_out, 0))
     new.meta.update(user.meta)
     user.replace_all_uses_with(new)
@@ -193,12 +202,25 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     return True
 
 
-def _stored_z(graph, out):
-    """Z of the gemm_act node `out`, which is made to store it."""
-    args = list(out.args)
-    args[8] = True  # store_preact
-    out.args = tuple(args)
-    return graph.call_function(operator.getitem, (out, 1))
+def _head(graph, out):
+    """(Z, bias) of the layer `out` (a gemm_act node, or the gemm_act_chained
+    one that chained its input), made a chain's head: Z stored and its
+    gradient left out of the layer's own bias gradient (z_feeds_chain), which
+    the chained layer after it returns."""
+    if out.target is _GEMM_ACT:
+        x, b, bias, c, act, alpha, beta, slope, _ = out.args
+        with graph.inserting_before(out):
+            head = graph.call_function(_CHAINED, (x, None, None, IDENTITY, 0.0, b, bias, c, act, alpha, beta,
+                                                  slope, True, True))
+        head.meta.update(out.meta)
+        out.replace_all_uses_with(head)
+        graph.erase_node(out)
+    else:
+        head, args = out, list(out.args)
+        bias = args[6]
+        args[12] = args[13] = True  # store_preact, z_feeds_chain
+        out.args = tuple(args)
+    return graph.call_function(operator.getitem, (head, 1)), bias
 
 
 class _FusionPass(CustomGraphPass):
