@@ -185,7 +185,36 @@ def test_exact_fp32_on_cuda_compiles_as_eager_cuda(fusion):
     torch._dynamo.reset()
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
+        with torch.no_grad():  # relu in training is left to Inductor anyway (below)
+            torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
         assert fusion.fused == 1
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
+
+
+@requires_cuda
+@pytest.mark.parametrize("activation", [nn.ReLU, nn.GELU])
+def test_relu_in_training_compiles_as_eager_cuda(activation, fusion):
+    """In training, an activation whose derivative comes from Y (relu) is
+    left to Inductor by the pass and by a hand-fused module alike, and gets
+    the operator again in inference; GELU keeps the operator in training."""
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(64, 128), activation(), nn.Linear(128, 32)).cuda().to(torch.bfloat16)
+    by_hand = tga.fuse_linear_act(copy.deepcopy(mlp))
+    x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
+    graphs = []
+
+    def record(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+    y = torch.compile(by_hand, backend=record, fullgraph=True)(x)
+    torch.testing.assert_close(y, mlp(x), rtol=2e-2, atol=2e-2)
+    ops = {str(n.target) for g in graphs for n in g.graph.nodes}
+    relu = activation is nn.ReLU
+    assert any("gemm_act" in op for op in ops) != relu, ops
+    torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
+    assert fusion.fused == (0 if relu else 1)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
+    assert fusion.fused == (1 if relu else 2)

@@ -106,8 +106,9 @@ def fuse_graph(graph):
         except ValueError:
             continue
         x_value, w_value, bias_value = map(_value, (x, w, bias))
-        if _compiles_as_eager(x_value):
-            continue  # the library's GEMM either way: Inductor fuses the rest itself
+        needs_grad = _needs_grad(x_value, w_value, bias_value)
+        if _compiles_as_eager(x_value, activation, needs_grad):
+            continue  # left to Inductor, as the functional API leaves it (functional._compiles_as_eager)
         if _gated_up(gemm_node, gemm, act_node, activation) is not None:
             gated += 1
             continue  # a gated MLP, left whole to Inductor
@@ -123,7 +124,7 @@ def fuse_graph(graph):
         act_node.replace_all_uses_with(y)
         graph.erase_node(act_node)
         graph.erase_node(gemm_node)
-        pairs.append((out, y, activation, slope, x_value, _needs_grad(x_value, w_value, bias_value)))
+        pairs.append((out, y, activation, slope, x_value, needs_grad))
     # Last first: a pair that is both the second layer of one chain and the
     # first of the next has its Z stored before its own node is replaced.
     chained = sum(_chain(graph, *pair) for pair in reversed(pairs))
