@@ -41,6 +41,10 @@ CASES = {
     "llama_swiglu_mlp": (2, 4096, 4096, 11008, "swiglu", "bfloat16"),
 }
 # Normwise tolerance of the fused model against eager (max |diff| / max |eager|).
+# A row whose error exceeds it is still correct where the fused model is
+# within twice eager's own error from a float64 run of the same model: the
+# fp16 LLM case's input gradient is 3.8e-2 from float64 in eager itself, so
+# two correct fp16 computations that round differently differ by about that.
 TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-4}
 
 
@@ -183,6 +187,12 @@ def measure(case, mode, compiled, ctx):
             for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)
     row["correct"] = row["max_rel_err"] <= TOLERANCE[row["dtype"]]
+    if not row["correct"]:
+        ref64 = step_fn(copy.deepcopy(eager).double(), x.double(), gy.double(), mode)()
+        err64 = {name: max(rel_err(g, r) for g, r in zip(out, ref64)) for name, out in outs.items()}
+        row["max_rel_err_fp64"] = err64
+        row["correct"] = all(e <= 2 * err64["eager"] for name, e in err64.items() if name != "eager")
+        del ref64
     del outs
     for name, fn in fns.items():
         row["peak_bytes"][name] = peak_bytes(fn, device)
@@ -208,7 +218,9 @@ def table(rows):
                else f'{pb["eager"] / 2**20:.0f}/{pb["fused"] / 2**20:.0f}')
         cfus = f"{cf / e:>12.3f}x" if cf is not None else f'{"-":>13}'
         lines.append(f'{r["case"]:<20} {r["mode"]:<10} {str(r["compiled"]):<8} {e:>9.3f} {f:>9.3f} '
-                     f'{f / e:>10.3f}x {cfus} {mem:>14} {r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}')
+                     f'{f / e:>10.3f}x {cfus} {mem:>14} {r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
+                     + (" (from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_err_fp64"].items())
+                        + ")" if "max_rel_err_fp64" in r else ""))
     return "\n".join(lines)
 
 
