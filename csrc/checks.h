@@ -44,9 +44,9 @@ GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const
                               const std::optional<at::Tensor>& bias, std::string_view activation,
                               double alpha, double negative_slope);
 
-// gemm_dact's bias gradient: empty without a bias; the sum in row order of
-// `column_sums` (a kernel's per-tile column sums of dA, [tiles, >= N] fp32)
-// where given; else bias_grad's sum of grad_a.
+// gemm_dact's bias gradient: empty without a bias; `column_sums` (dA's
+// column sums [N] from the kernel, in dA's dtype) shaped as the bias where
+// given; else bias_grad's sum of grad_a.
 at::Tensor dact_bias_grad(const at::Tensor& grad_a, const std::optional<at::Tensor>& bias,
                           const at::Tensor& column_sums);
 
@@ -95,8 +95,8 @@ std::string explain_impl(const at::Tensor& a, const at::Tensor& b,
 }
 
 // The gemm_dact operator of a backend whose kernel is `Run`, which computes
-// dA and, asked for them (for a bias per column), may return dA's per-tile
-// column sums reduced in its epilogue (else an undefined tensor).
+// dA and, asked for them (for a bias per column), may return dA's column
+// sums [N] reduced by its kernel (else an undefined tensor).
 template <at::Tensor (*Run)(const GemmActArgs&, bool column_sums)>
 std::tuple<at::Tensor, at::Tensor> gemm_dact_impl(const at::Tensor& grad, const at::Tensor& b,
                                                   const at::Tensor& saved,

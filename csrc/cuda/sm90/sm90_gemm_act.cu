@@ -20,6 +20,7 @@
 #include "activations.h"
 #include "checks.h"
 #include "cuda/library/cublaslt_epilogue.h"
+#include "cuda/sm90/sm90_column_sums.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
 #include "cuda/sm90/sm90_staging.h"
@@ -323,10 +324,14 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   }
   const LaunchResult result = launch(la.config, *dtype, *layout, p.activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return false;
-  if (column_sums != nullptr) *column_sums = std::move(sums);
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_dact: the sm90 kernel '",
               config_name(la.config), "' failed at ", result.what, ": ",
               result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  if (column_sums != nullptr) {
+    *column_sums = at::empty({p.n}, args.y.options());
+    poison_if_requested(*column_sums);
+    sum_column_partials(sums, *column_sums, stream);
+  }
   return true;
 }
 

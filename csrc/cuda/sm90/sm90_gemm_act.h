@@ -28,8 +28,8 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 
 // Runs gemm_dact (args as prepare_gemm_dact makes them: C is `saved`) on
 // the fused kernel when it can; false, having done nothing, otherwise. With
-// `column_sums`, the kernel also reduces dA's columns over each tile's rows
-// into a new [tiles along M, N rounded up to the tile] fp32 tensor there.
+// `column_sums`, dA's columns summed over its rows ([N], dA's dtype) go
+// there too: reduced per tile in the kernel's epilogue, then added up.
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
 // The configuration try_gemm_act would run for `args`; nothing when it
