@@ -8,6 +8,7 @@ import datetime
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -18,8 +19,25 @@ import torch_gemm_act as tga
 WORLD = 2
 
 
-def _model():
+class _GatedMLP(nn.Module):
+    """Llama's MLP: down(act(gate(x)) * up(x))."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(16, 32, bias=False), nn.Linear(16, 32, bias=False)
+        self.down_proj, self.act_fn = nn.Linear(32, 16, bias=False), nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _model(engine=None):
     torch.manual_seed(0)
+    if engine is not None and engine.endswith("_gated"):
+        return nn.Sequential(_GatedMLP(), nn.Linear(16, 4))
+    if engine == "tp_plan_after_fusion":
+        # The MLP as tensor parallelism splits it: column-, then row-parallel.
+        return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
     return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.SiLU(), nn.Linear(8, 4))
 
 
@@ -40,10 +58,10 @@ def _wrap(model, engine):
     """The model as `engine` trains it."""
     if engine.startswith("ddp"):
         model = nn.parallel.DistributedDataParallel(model)
-        return torch.compile(model) if engine == "ddp_compile" else model
+        return torch.compile(model) if engine.startswith("ddp_compile") else model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if engine == "fsdp_bf16" else MixedPrecisionPolicy())
+              if engine.startswith("fsdp_bf16") else MixedPrecisionPolicy())
     for layer in model:
         if any(True for _ in layer.parameters()):
             fully_shard(layer, mp_policy=policy)
@@ -76,17 +94,22 @@ def _run(rank, engine, out):
     if engine == "tp":
         _train_tensor_parallel(rank, out)
         return
+    if engine == "tp_plan_after_fusion":
+        _train_tensor_parallel_after_fusion(rank, out)
+        return
     x, y = _batch(rank)
     states = {}
     # fsdp_bf16: the unfused model under the same policy is the reference
     # (both compute in bf16, so one process in fp32 is not).
-    for name in ("fused", "eager") if engine == "fsdp_bf16" else ("fused",):
-        model = _model()
+    for name in ("fused", "eager") if engine.startswith("fsdp_bf16") else ("fused",):
+        model = _model(engine)
         if name == "fused":
-            model = tga.fuse_linear_act(model)
-            # Two pairs; the second chained to the Linear after it.
-            assert [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)] == \
-                ["gelu", "silu", "none"]
+            model, report = tga.fuse_linear_act(model, report=True)
+            if engine.endswith("_gated"):
+                assert report.fused == [("0.gate_proj * 0.up_proj", "0.act_fn", "swiglu")], str(report)
+            else:  # two pairs; the second chained to the Linear after it
+                assert [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)] == \
+                    ["gelu", "silu", "none"]
         model = _wrap(model, engine)
         _train(model, lambda m: ((m(x) - y) ** 2).mean())
         states[name] = _full_state(model)  # a collective under FSDP: every rank takes part
@@ -114,6 +137,36 @@ def _train_tensor_parallel(rank, out):
         torch.save({"fused": state}, out)
 
 
+def _train_tensor_parallel_after_fusion(rank, out):
+    """The plan written for the unfused MLP, applied to the fused one: the
+    fused modules are nn.Linears to ColwiseParallel and RowwiseParallel.
+    Each rank's operators compute on its shards: a step's one collective is
+    the row-parallel output's all-reduce; no weight or activation is
+    gathered."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (WORLD,))
+    model, report = tga.fuse_linear_act(_model("tp_plan_after_fusion"), report=True)
+    assert report.fused == [("0", "1", "gelu")] and report.chained == [("0", "2")], str(report)
+    model = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    assert isinstance(model[0], tga.LinearAct) and isinstance(model[2], tga.LinearAct)
+    assert model[0].weight.to_local().shape == (32 // WORLD, 16)
+    assert model[2].weight.to_local().shape == (4, 32 // WORLD)
+    x, y = _batch(0)
+    comm = CommDebugMode()
+    with comm:
+        ((model(x) - y) ** 2).mean().backward()
+    counts = {str(op).rsplit(".", 1)[-1]: n for op, n in comm.get_comm_counts().items()}
+    assert set(counts) == {"all_reduce"}, counts
+    model.zero_grad()
+    _train(model, lambda m: ((m(x) - y) ** 2).mean())
+    state = _full_state(model)
+    if rank == 0:
+        torch.save({"fused": state}, out)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,8 +174,8 @@ def _free_port():
 
 
 def _one_process(engine):
-    model = _model()
-    batches = [_batch(r) for r in range(1 if engine == "tp" else WORLD)]
+    model = _model(engine)
+    batches = [_batch(r) for r in range(1 if engine.startswith("tp") else WORLD)]
     _train(model, lambda m: sum(((m(x) - y) ** 2).mean() for x, y in batches) / len(batches))
     return model.state_dict()
 
@@ -133,29 +186,42 @@ def _check(engine, tmp_path):
     states = torch.load(out)
     got = states["fused"]
     expected = states["eager"] if "eager" in states else _one_process(engine)
-    tol = dict(rtol=2e-2, atol=2e-2) if engine == "fsdp_bf16" else dict(rtol=1e-5, atol=1e-6)
+    tol = dict(rtol=2e-2, atol=2e-2) if engine.startswith("fsdp_bf16") else dict(rtol=1e-5, atol=1e-6)
     assert list(got) == list(expected)
     for key, value in expected.items():
         torch.testing.assert_close(got[key], value, msg=key, **tol)
 
 
-def test_fused_model_trains_under_ddp(tmp_path):
-    _check("ddp", tmp_path)
+# "_gated": a fused Llama-style MLP (LinearGate and LinearUp) instead of the
+# chained Linear -> activation stack.
+MODELS = pytest.mark.parametrize("model", ["", "_gated"], ids=["mlp", "gated"])
 
 
-def test_fused_model_trains_under_ddp_compiled(tmp_path):
-    _check("ddp_compile", tmp_path)
+@MODELS
+def test_fused_model_trains_under_ddp(model, tmp_path):
+    _check("ddp" + model, tmp_path)
 
 
-def test_fused_model_trains_under_fully_shard(tmp_path):
-    _check("fsdp", tmp_path)
+@MODELS
+def test_fused_model_trains_under_ddp_compiled(model, tmp_path):
+    _check("ddp_compile" + model, tmp_path)
 
 
-def test_fused_model_trains_under_fully_shard_in_bf16(tmp_path):
+@MODELS
+def test_fused_model_trains_under_fully_shard(model, tmp_path):
+    _check("fsdp" + model, tmp_path)
+
+
+@MODELS
+def test_fused_model_trains_under_fully_shard_in_bf16(model, tmp_path):
     """FSDP2's mixed precision (bf16 compute, fp32 reduction): the fused and
     the unfused model end within bf16's tolerance of each other."""
-    _check("fsdp_bf16", tmp_path)
+    _check("fsdp_bf16" + model, tmp_path)
 
 
 def test_fused_model_trains_under_tensor_parallelism(tmp_path):
     _check("tp", tmp_path)
+
+
+def test_tensor_parallel_plan_applies_to_the_fused_model(tmp_path):
+    _check("tp_plan_after_fusion", tmp_path)

@@ -38,8 +38,23 @@ def test_from_linear_shares_parameters():
     assert fused.weight is linear.weight and fused.bias is linear.bias
     x = torch.randn(3, 6)
     assert_close(fused(x), nn.functional.silu(linear(x)), torch.float32)
-    with pytest.raises(TypeError, match="expects an nn.Linear"):
+    with pytest.raises(TypeError, match="expects an nn.Linear without an activation, got ReLU"):
         tga.LinearAct.from_linear(nn.ReLU())
+    # A LinearAct is an nn.Linear, but sharing its parameters would drop its activation.
+    with pytest.raises(TypeError, match="got LinearAct"):
+        tga.LinearAct.from_linear(fused, activation="relu")
+
+
+def test_is_an_nn_linear():
+    """What handles Linears by type handles LinearAct: a tensor-parallel
+    plan (tests/test_distributed.py), an init or weight-decay rule."""
+    fused = tga.LinearAct(4, 5, activation="relu")
+    assert isinstance(fused, nn.Linear)
+    touched = []
+    nn.Sequential(fused).apply(lambda m: touched.append(m) if isinstance(m, nn.Linear) else None)
+    assert touched == [fused]
+    # Copies and pickles keep the activation.
+    assert copy.deepcopy(fused).activation == "relu"
 
 
 def _mlp():
@@ -65,7 +80,7 @@ def test_fuse_linear_act_keeps_outputs(device):
     kinds = [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)]
     # The Linear after Sigmoid becomes the second layer of a chain ("none").
     assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid", "none"]
-    assert sum(isinstance(m, nn.Linear) for m in model.modules()) == 1
+    assert sum(type(m) is nn.Linear for m in model.modules()) == 1
     assert set(model.state_dict()) == keys
     assert_close(model(x), expected, torch.float64)
 

@@ -7,13 +7,18 @@ user without it should not pay).
 gemm_act: everything replicated; column parallel (b, a bias per column and
 C sharded over N, Y and Z over their last dimension: the activation applies
 locally); batch parallel (a, C, Y and Z sharded over the first dimension, b
-replicated). An activation of a K-sharded partial sum has no local form:
-DTensor redistributes to one of these first. activation_backward follows
+replicated); and, without an activation, row parallel (a sharded over K, b
+over its rows: each shard's product is a partial sum, and so are the bias
+and C it adds, which DTensor divides among the shards). An activation of a
+K-sharded partial sum has no local form: DTensor redistributes to one of
+the others first. activation_backward follows
 its inputs elementwise; its bias gradient is sharded with the columns, or a
 partial sum across batch shards.
 """
 
 import torch
+
+from .activations import IDENTITY
 
 try:
     from torch.distributed.tensor import Partial, Replicate, Shard
@@ -51,6 +56,9 @@ def _gemm_act_strategies(a, b, bias, c, activation, alpha, beta, negative_slope,
     if a.ndim >= 2 and (bias is None or bias.ndim <= 1 or bias.shape[0] == 1):
         strategies.append(([Shard(0), z(Shard(0))],
                            [Shard(0), Replicate(), _optional(bias, Replicate()), _optional(c, Shard(0)), *rest]))
+    if activation == IDENTITY:
+        strategies.append(([Partial(), z(Partial())],
+                           [Shard(last), Shard(0), _optional(bias, Partial()), _optional(c, Partial()), *rest]))
     return strategies
 
 

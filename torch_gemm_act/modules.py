@@ -23,8 +23,10 @@ def _linear_parameters(module, in_features, out_features, bias, factory):
 
 
 def _check_linear(linear):
-    if not isinstance(linear, nn.Linear):
-        raise TypeError(f"from_linear expects an nn.Linear, got {type(linear).__name__}")
+    # A LinearAct is an nn.Linear too, but not a linear one: sharing its
+    # parameters would drop its activation.
+    if not isinstance(linear, nn.Linear) or isinstance(linear, _WithActivation):
+        raise TypeError(f"from_linear expects an nn.Linear without an activation, got {type(linear).__name__}")
 
 
 def _share_parameters(module, linear):
@@ -34,14 +36,13 @@ def _share_parameters(module, linear):
     return module
 
 
-class _WithActivation(nn.Module):
-    """What the fused modules share: their activation, checked once, and the
-    links fuse_linear_act may give them to the layer before and after
-    (torch_gemm_act.chain: the MLP backward fused across layers)."""
+class _WithActivation:
+    """What the fused modules share (a mixin before their nn.Module base):
+    their activation, checked once, and the links fuse_linear_act may give
+    them to the layer before and after (torch_gemm_act.chain: the MLP
+    backward fused across layers)."""
 
-    def __init__(self, activation, negative_slope):
-        super().__init__()
-        check_activation(activation, negative_slope)
+    def _set_activation(self, activation, negative_slope):
         self.activation = activation
         self.negative_slope = float(negative_slope)
 
@@ -61,8 +62,16 @@ class _WithActivation(nn.Module):
         return text
 
 
-class LinearAct(_WithActivation):
-    """``act(x @ weight.T + bias)``: nn.Linear's parameters, init and state_dict.
+class LinearAct(_WithActivation, nn.Linear):
+    """``act(x @ weight.T + bias)``: an ``nn.Linear`` (its parameters, init
+    and state_dict) whose output is the activation's, in one fused op.
+
+    It is an ``nn.Linear``, as PyTorch's own fused ``LinearReLU`` (QAT) is,
+    so what handles Linears by type handles it too: a tensor-parallel plan
+    (``ColwiseParallel``, ``RowwiseParallel``), weight-init and weight-decay
+    rules. A tool that wraps or replaces Linears assuming they are linear
+    (LoRA adapters, weight-only quantization swaps) must run before
+    ``fuse_linear_act``, which leaves Linears that are not plain alone.
 
     Args:
         in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
@@ -74,12 +83,9 @@ class LinearAct(_WithActivation):
 
     def __init__(self, in_features, out_features, bias=True, activation=GELU,
                  negative_slope=0.01, device=None, dtype=None):
-        super().__init__(activation, negative_slope)
-        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
-
-    def reset_parameters(self):
-        # nn.Linear's own initialisation, so both start from the same distribution.
-        nn.Linear.reset_parameters(self)
+        check_activation(activation, negative_slope)
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self._set_activation(activation, negative_slope)
 
     @classmethod
     def from_linear(cls, linear, activation=GELU, negative_slope=0.01):
@@ -97,7 +103,7 @@ class LinearAct(_WithActivation):
                 f"bias={self.bias is not None}, {self._activation_repr()}")
 
 
-class Conv1DAct(_WithActivation):
+class Conv1DAct(_WithActivation, nn.Module):
     """``act(x @ weight + bias)`` with ``weight`` [in, out]: transformers'
     ``Conv1D`` (GPT-2's projections) followed by an activation, as one fused
     op. Its parameters, their names and shapes are Conv1D's, so a model's
@@ -109,7 +115,9 @@ class Conv1DAct(_WithActivation):
     """
 
     def __init__(self, nf, nx, activation=GELU, negative_slope=0.01, device=None, dtype=None):
-        super().__init__(activation, negative_slope)
+        check_activation(activation, negative_slope)
+        super().__init__()
+        self._set_activation(activation, negative_slope)
         factory = {"device": device, "dtype": dtype}
         self.nf = nf
         self.nx = nx
