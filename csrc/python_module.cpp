@@ -71,18 +71,15 @@ PyObject* check_activation(PyObject*, PyObject* args) {
   });
 }
 
-PyObject* string_tuple(const std::vector<std::string>& items) {
+// The CUDA forward backends in the order the dispatch rule tries them.
+PyObject* cuda_backends(PyObject*, PyObject*) {
+#ifdef GEMM_ACT_WITH_CUDA
+  const std::vector<std::string> items = cuda_forward_backends();
   PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
   for (size_t i = 0; i < items.size(); ++i) {
     PyTuple_SET_ITEM(out, i, PyUnicode_FromString(items[i].c_str()));
   }
   return out;
-}
-
-// The CUDA forward backends in the order the dispatch rule tries them.
-PyObject* cuda_backends(PyObject*, PyObject*) {
-#ifdef GEMM_ACT_WITH_CUDA
-  return string_tuple(cuda_forward_backends());
 #else
   return PyTuple_New(0);
 #endif

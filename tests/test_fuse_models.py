@@ -139,7 +139,7 @@ def test_fused_model_converts_with_its_parameters_shared():
 
 def _timm_or_torchvision(name):
     """(model, the pairs fuse_linear_act fuses in it, an input shape)."""
-    from timm.layers import GluMlp, Mlp
+    from timm.layers import GluMlp, Mlp, SwiGLUPacked
     from timm.models.vision_transformer import VisionTransformer
     from torchvision.models.vision_transformer import VisionTransformer as TvViT
     from torchvision.ops import MLP
@@ -147,8 +147,10 @@ def _timm_or_torchvision(name):
         "timm_vit": lambda: (VisionTransformer(img_size=16, patch_size=8, embed_dim=32, depth=2, num_heads=2,
                                                num_classes=10), 2, (2, 3, 16, 16)),
         "timm_mlp": lambda: (Mlp(32, 64, act_layer=nn.SiLU), 1, (2, 5, 32)),
-        # GluMlp splits fc1's output in two: nothing to fuse until gated activations exist.
-        "timm_glu_mlp": lambda: (GluMlp(32, 64), 0, (2, 5, 32)),
+        # GluMlp splits fc1's output in two and gates one half (sigmoid: glu);
+        # SwiGLUPacked is GluMlp with SiLU and the gate first.
+        "timm_glu_mlp": lambda: (GluMlp(32, 64), 1, (2, 5, 32)),
+        "timm_swiglu_packed": lambda: (SwiGLUPacked(32, 64), 1, (2, 5, 32)),
         "torchvision_vit": lambda: (TvViT(image_size=16, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
                                           mlp_dim=64, num_classes=10), 2, (2, 3, 16, 16)),
         "torchvision_mlp": lambda: (MLP(32, [64, 64, 16]), 2, (2, 32)),
@@ -157,7 +159,8 @@ def _timm_or_torchvision(name):
 
 
 @pytest.mark.parametrize("device_dtype", DEVICE_DTYPES)
-@pytest.mark.parametrize("name", ["timm_vit", "timm_mlp", "timm_glu_mlp", "torchvision_vit", "torchvision_mlp"])
+@pytest.mark.parametrize("name", ["timm_vit", "timm_mlp", "timm_glu_mlp", "timm_swiglu_packed", "torchvision_vit",
+                                  "torchvision_mlp"])
 def test_timm_and_torchvision_models_fused_by_one_call(name, device_dtype):
     device, dtype = device_dtype
     torch.manual_seed(0)

@@ -241,3 +241,66 @@ def test_fused_gated_mlp_compiles_without_graph_break():
     for batch in (3, 7):
         x = torch.randn(batch, 16)
         torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+
+
+class _PackedGlu(nn.Module):
+    """timm's GluMlp: one Linear's output split in two, one half gated."""
+
+    def __init__(self, act=nn.Sigmoid, gate_last=True, bias=True, half_used_elsewhere=False):
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(16, 64, bias=bias), act(), nn.Linear(32, 16)
+        self.gate_last, self.half_used_elsewhere = gate_last, half_used_elsewhere
+
+    def forward(self, x):
+        x1, x2 = self.fc1(x).chunk(2, dim=-1)
+        y = x1 * self.act(x2) if self.gate_last else self.act(x1) * x2
+        return self.fc2(y) + (x1.sum() if self.half_used_elsewhere else 0)
+
+
+@pytest.mark.parametrize("act,gate_last,bias,gated", [(nn.Sigmoid, True, True, "glu"),
+                                                      (nn.SiLU, False, True, "swiglu"),
+                                                      (nn.GELU, True, False, "geglu")])
+def test_fuse_linear_act_fuses_a_packed_gated_mlp(device, act, gate_last, bias, gated):
+    torch.manual_seed(0)
+    eager = _PackedGlu(act, gate_last, bias).to(device)
+    fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)
+    gate_index = 1 if gate_last else 0
+    assert report.fused == [(f"fc1 (packed: gate half {gate_index})", "act", gated)], str(report)
+    assert isinstance(fused.fc1, tga.LinearPackedGlu) and isinstance(fused.act, tga.PackedGluActivation)
+    assert fused.fc1.gate_index == gate_index
+    assert list(fused.state_dict()) == list(eager.state_dict())
+    x = torch.randn(2, 9, 16, device=device)
+    y_e, y_f = eager(x), fused(x)
+    torch.testing.assert_close(y_f, y_e, rtol=1e-5, atol=1e-5)
+    gy = torch.randn_like(y_e)
+    y_e.backward(gy)
+    y_f.backward(gy)
+    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(p_f.grad, p_e.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_fuse_leaves_a_packed_mlp_whose_half_is_used_elsewhere():
+    eager = _PackedGlu(half_used_elsewhere=True)
+    fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)
+    assert report.fused == [] and type(fused.fc1) is nn.Linear, str(report)
+
+
+def test_fused_packed_mlp_compiles_without_graph_break():
+    """Under torch.compile the packed Linear returns its output and the
+    activation's slot gates it: the unfused forward, in one graph."""
+    torch.manual_seed(0)
+    eager = _PackedGlu(nn.SiLU, gate_last=False)
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    compiled = torch.compile(fused, backend="aot_eager", fullgraph=True, dynamic=True)
+    for batch in (3, 7):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_glu_module_errors():
+    with pytest.raises(ValueError, match="out_features must be even and gate_index 0 or 1, got out_features=7"):
+        tga.LinearPackedGlu(4, 7)
+    with pytest.raises(ValueError, match="splits only as chunk\\(2, dim=-1\\), got chunk\\(3, dim=-1\\)"):
+        tga.LinearPackedGlu(4, 8)(torch.randn(2, 4)).chunk(3, dim=-1)
+    with pytest.raises(TypeError, match="got LinearAct"):
+        tga.LinearPackedGlu.from_linear(tga.LinearAct(4, 8))

@@ -4,12 +4,13 @@ from .activations import ACTIVATIONS, GATED
 from .chain import linear_act_linear
 from .functional import explain, gated_linear_act, gemm_act, gemm_glu, linear_act
 from .fuse import FusionReport, fuse_linear_act
-from .modules import Conv1DAct, GatedLinearAct, LinearAct, LinearGate, LinearUp
+from .modules import (Conv1DAct, GatedLinearAct, LinearAct, LinearGate, LinearPackedGlu, LinearUp,
+                      PackedGluActivation)
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "GATED", "explain", "gemm_act", "linear_act", "linear_act_linear", "gemm_glu",
            "gated_linear_act", "LinearAct", "Conv1DAct", "GatedLinearAct", "LinearGate", "LinearUp",
-           "fuse_linear_act", "FusionReport", "enable_compile_fusion"]
+           "LinearPackedGlu", "PackedGluActivation", "fuse_linear_act", "FusionReport", "enable_compile_fusion"]
 
 
 def enable_compile_fusion(enabled=True):

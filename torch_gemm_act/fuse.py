@@ -15,7 +15,10 @@ A gated MLP, ``act(gate(x)) * up(x)`` (Llama, Mistral, Qwen, Gemma, T5's
 gated layers), fuses whole: the gate's slot holds a LinearGate that
 computes the product in one operator, the up projection's slot a LinearUp
 (its parameters; it returns what leaves the product as the gate's output),
-the activation's slot nn.Identity.
+the activation's slot nn.Identity. So does one whose two projections are
+one Linear's output split in two, ``x1, x2 = fc(x).chunk(2, dim=-1)`` then
+``x1 * act(x2)`` or ``act(x1) * x2`` (timm's GluMlp): the Linear's slot
+holds a LinearPackedGlu, the activation's a PackedGluActivation.
 """
 
 import dataclasses
@@ -28,7 +31,7 @@ from torch import nn
 
 from .activations import ACTIVATION_MODULES, GATED_BY_GATE, IDENTITY, from_module, qualified_class_name
 from .chain import ChainLink
-from .modules import Conv1DAct, LinearAct, LinearGate, LinearUp
+from .modules import Conv1DAct, LinearAct, LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
 
 _log = logging.getLogger(__name__)
 
@@ -121,6 +124,15 @@ def _fuse_children(path, parent, result):
     for act_name in sorted(acts):
         for act_node in calls.get(act_name, []):
             source = act_node.args[0] if act_node.args else None
+            packed = _packed_glu(act_node, calls, children)
+            if packed is not None:
+                lin_node, gate_index, gated = packed
+                lin_path, act_path = _join(path, lin_node.target), _join(path, act_name)
+                parent._modules[lin_node.target] = LinearPackedGlu.from_linear(
+                    children[lin_node.target], gated, gate_index)
+                parent._modules[act_name] = PackedGluActivation(children[act_name])
+                result.fused.append((f"{lin_path} (packed: gate half {gate_index})", act_path, gated))
+                continue
             if not (isinstance(source, torch.fx.Node) and source.op == "call_module" and source.target in linears):
                 continue
             why = _why_not(source, act_node, calls, children)
@@ -175,6 +187,47 @@ def _gated_up(gate_node, act_node, calls, children):
     if any(getattr(m, name, None) for m in (up_module, gate_module) for name in _FORWARD_HOOKS):
         return None
     return up
+
+
+def _packed_glu(act_node, calls, children):
+    """(the Linear's call, the gate's half, the gated form) where act_node
+    gates one half of a Linear's output split by ``chunk(2, dim=-1)`` and
+    multiplies the other, nothing else using either half or the Linear's
+    output, and the Linear (a plain nn.Linear without forward hooks) and the
+    activation are called once; else None."""
+    act = children[act_node.target]
+    found = from_module(act)
+    if found is None or found[0] not in GATED_BY_GATE or len(act_node.args) != 1 or act_node.kwargs \
+            or len(calls[act_node.target]) != 1 or len(act_node.users) != 1:
+        return None
+    gate_half = act_node.args[0]
+    if not (isinstance(gate_half, torch.fx.Node) and gate_half.op == "call_function"
+            and gate_half.target is operator.getitem and len(gate_half.users) == 1):
+        return None
+    split, gate_index = gate_half.args
+    if not (split.op == "call_method" and split.target == "chunk" and len(split.users) == 2):
+        return None
+    args = dict(zip(("input", "chunks", "dim"), split.args), **split.kwargs)
+    if args.get("chunks") != 2 or args.get("dim") not in (-1,):
+        return None
+    lin_node = args["input"]
+    if not (isinstance(lin_node, torch.fx.Node) and lin_node.op == "call_module" and len(lin_node.users) == 1
+            and len(calls.get(lin_node.target, ())) == 1):
+        return None
+    linear = children.get(lin_node.target)
+    if type(linear) is not nn.Linear or linear.out_features % 2 \
+            or any(getattr(linear, name, None) for name in _FORWARD_HOOKS):
+        return None
+    (product,) = act_node.users
+    if product.op != "call_function" or product.target is not operator.mul or len(product.args) != 2 \
+            or product.kwargs:
+        return None
+    up_half = product.args[1] if product.args[0] is act_node else product.args[0]
+    if not (isinstance(up_half, torch.fx.Node) and up_half.op == "call_function"
+            and up_half.target is operator.getitem and up_half.args == (split, 1 - gate_index)
+            and len(up_half.users) == 1):
+        return None
+    return lin_node, gate_index, GATED_BY_GATE[found[0]]
 
 
 def _only_call(node, calls):

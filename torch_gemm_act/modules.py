@@ -247,6 +247,92 @@ class LinearGate(nn.Module):
                 f"bias={self.bias is not None}, activation={self.activation!r}")
 
 
+class PackedHalves:
+    """What a LinearPackedGlu returns in eager mode: the gated product, whose
+    ``chunk(2, dim=-1)`` (the forward's split of the packed projection) is
+    (product, APPLIED_BY_GATE); the forward's ``x1 * act(x2)`` or
+    ``act(x1) * x2``, its activation passing its input through, is then the
+    product."""
+
+    __slots__ = ("product",)
+
+    def __init__(self, product):
+        self.product = product
+
+    def chunk(self, chunks, dim=0):
+        if chunks != 2 or dim not in (-1, self.product.dim() - 1):
+            raise ValueError(f"LinearPackedGlu's output splits only as chunk(2, dim=-1), got "
+                             f"chunk({chunks}, dim={dim})")
+        return self.product, APPLIED_BY_GATE
+
+
+class LinearPackedGlu(nn.Module):
+    """A Linear whose output packs a gated MLP's two projections side by
+    side, split by the forward and gated there (timm's ``GluMlp``: ``x1, x2
+    = fc1(x).chunk(2, dim=-1)``, then ``x1 * act(x2)``, or ``act(x1) * x2``),
+    computing the gated product in one operator. Its parameters are the
+    Linear's ([2N, K] and [2N]; the gate is the half ``gate_index`` names),
+    taken as views. In eager mode it returns PackedHalves, whose split gives
+    the product; under torch.compile the Linear's output, which the
+    activation's slot (a PackedGluActivation) then gates as the unfused
+    forward does, for Inductor to fuse.
+
+    Args:
+        in_features, out_features, bias, device, dtype: as for ``nn.Linear``
+            (``out_features`` even: both halves).
+        activation: a gated form, one of ``torch_gemm_act.GATED``.
+        gate_index: 0 when the first half is the gate, 1 when the second is.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, activation=SWIGLU, gate_index=1,
+                 device=None, dtype=None):
+        gate_activation(activation)
+        if out_features % 2 or gate_index not in (0, 1):
+            raise ValueError(f"LinearPackedGlu: out_features must be even and gate_index 0 or 1, got "
+                             f"out_features={out_features}, gate_index={gate_index}")
+        super().__init__()
+        self.activation = activation
+        self.gate_index = gate_index
+        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
+
+    @classmethod
+    def from_linear(cls, linear, activation=SWIGLU, gate_index=1):
+        """A LinearPackedGlu sharing ``linear``'s parameters."""
+        _check_linear(linear)
+        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                     activation=activation, gate_index=gate_index, device="meta")
+        return _share_parameters(module, linear)
+
+    def _halves(self, t):
+        n = t.shape[0] // 2
+        first, second = t[:n], t[n:]
+        return (first, second) if self.gate_index == 0 else (second, first)
+
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            return nn.functional.linear(x, self.weight, self.bias)
+        gate_w, up_w = self._halves(self.weight)
+        gate_b, up_b = self._halves(self.bias) if self.bias is not None else (None, None)
+        return PackedHalves(gated_linear_act(x, gate_w, up_w, gate_b, up_b, self.activation))
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, activation={self.activation!r}, gate_index={self.gate_index}")
+
+
+class PackedGluActivation(nn.Module):
+    """The activation's slot beside a LinearPackedGlu: in eager mode it
+    passes its input through (the product is computed already); under
+    torch.compile it is the activation it replaced."""
+
+    def __init__(self, activation):
+        super().__init__()
+        self.activation = activation
+
+    def forward(self, x):
+        return self.activation(x) if torch.compiler.is_compiling() else x
+
+
 class GatedLinearAct(nn.Module):
     """``act(x @ gate_proj.weight.T + gate_proj.bias) * (x @ up_proj.weight.T +
     up_proj.bias)``: a Llama-style MLP's first half as one operator, its

@@ -110,8 +110,8 @@ KernelConfig config_named(const std::string& name) {
     known += known.empty() ? "" : ", ";
     known += config_name(config);
   }
-  TORCH_CHECK_VALUE(false, "gemm_act: no sm90 kernel configuration '", name,
-                    "' in this build; expected one of: ", known);
+  C10_THROW_ERROR(ValueError, c10::str("gemm_act: no sm90 kernel configuration '", name,
+                                       "' in this build; expected one of: ", known));
 }
 
 // The storage type of a case the sm90 kernel computes the way torch.mm
