@@ -197,6 +197,17 @@ def test_glu_pass_misaligned_views_cuda():
     torch.testing.assert_close(y.double(), ref, rtol=1e-2, atol=1e-2)
 
 
+def _assert_same_step(eager, fused, x):
+    """The same output and parameter gradients, in fp32."""
+    y_e, y_f = eager(x), fused(x)
+    torch.testing.assert_close(y_f, y_e, rtol=1e-5, atol=1e-5)
+    gy = torch.randn_like(y_e)
+    y_e.backward(gy)
+    y_f.backward(gy)
+    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(p_f.grad, p_e.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("act", [nn.SiLU, nn.ReLU])
 def test_fuse_linear_act_fuses_a_gated_mlp_whole(device, act):
     torch.manual_seed(0)
@@ -208,14 +219,7 @@ def test_fuse_linear_act_fuses_a_gated_mlp_whole(device, act):
     assert fused.gate_proj.up is fused.up_proj and isinstance(fused.act_fn, nn.Identity)
     assert list(fused.state_dict()) == list(eager.state_dict())
     assert fused.gate_proj.weight is dict(fused.named_parameters())["gate_proj.weight"]
-    x = torch.randn(2, 9, 16, device=device)
-    y_e, y_f = eager(x), fused(x)
-    torch.testing.assert_close(y_f, y_e, rtol=1e-5, atol=1e-5)
-    gy = torch.randn_like(y_e)
-    y_e.backward(gy)
-    y_f.backward(gy)
-    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters()):
-        torch.testing.assert_close(p_f.grad, p_e.grad, rtol=1e-5, atol=1e-5, msg=name)
+    _assert_same_step(eager, fused, torch.randn(2, 9, 16, device=device))
 
 
 class _UpUsedTwice(_LlamaMLP):
@@ -269,14 +273,7 @@ def test_fuse_linear_act_fuses_a_packed_gated_mlp(device, act, gate_last, bias, 
     assert isinstance(fused.fc1, tga.LinearPackedGlu) and isinstance(fused.act, tga.PackedGluActivation)
     assert fused.fc1.gate_index == gate_index
     assert list(fused.state_dict()) == list(eager.state_dict())
-    x = torch.randn(2, 9, 16, device=device)
-    y_e, y_f = eager(x), fused(x)
-    torch.testing.assert_close(y_f, y_e, rtol=1e-5, atol=1e-5)
-    gy = torch.randn_like(y_e)
-    y_e.backward(gy)
-    y_f.backward(gy)
-    for (name, p_e), p_f in zip(eager.named_parameters(), fused.parameters()):
-        torch.testing.assert_close(p_f.grad, p_e.grad, rtol=1e-5, atol=1e-5, msg=name)
+    _assert_same_step(eager, fused, torch.randn(2, 9, 16, device=device))
 
 
 def test_fuse_leaves_a_packed_mlp_whose_half_is_used_elsewhere():

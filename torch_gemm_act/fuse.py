@@ -163,18 +163,24 @@ def _fuse_children(path, parent, result):
         _chain(path, parent, first, act_node, calls, result)
 
 
-def _gated_up(gate_node, act_node, calls, children):
-    """The up projection's call where act(gate(x)) is used only by
-    ``act(gate(x)) * up(x)``, up an nn.Linear called once, on gate's input,
-    its output used by that product alone, and neither Linear with forward
-    hooks (a parallel plan's conversions stay with the Linear); else None."""
+def _other_factor(act_node):
+    """y where act_node's output is used only by ``act_node * y`` (or
+    ``y * act_node``, Python's operator); else None."""
     if len(act_node.users) != 1:
         return None
     (product,) = act_node.users
     if product.op != "call_function" or product.target is not operator.mul or len(product.args) != 2 \
             or product.kwargs:
         return None
-    up = product.args[1] if product.args[0] is act_node else product.args[0]
+    return product.args[1] if product.args[0] is act_node else product.args[0]
+
+
+def _gated_up(gate_node, act_node, calls, children):
+    """The up projection's call where act(gate(x)) is used only by
+    ``act(gate(x)) * up(x)``, up an nn.Linear called once, on gate's input,
+    its output used by that product alone, and neither Linear with forward
+    hooks (a parallel plan's conversions stay with the Linear); else None."""
+    up = _other_factor(act_node)
     if not (isinstance(up, torch.fx.Node) and up.op == "call_module" and up is not gate_node):
         return None
     up_module = children.get(up.target)
@@ -198,7 +204,7 @@ def _packed_glu(act_node, calls, children):
     act = children[act_node.target]
     found = from_module(act)
     if found is None or found[0] not in GATED_BY_GATE or len(act_node.args) != 1 or act_node.kwargs \
-            or len(calls[act_node.target]) != 1 or len(act_node.users) != 1:
+            or len(calls[act_node.target]) != 1:
         return None
     gate_half = act_node.args[0]
     if not (isinstance(gate_half, torch.fx.Node) and gate_half.op == "call_function"
@@ -218,11 +224,7 @@ def _packed_glu(act_node, calls, children):
     if type(linear) is not nn.Linear or linear.out_features % 2 \
             or any(getattr(linear, name, None) for name in _FORWARD_HOOKS):
         return None
-    (product,) = act_node.users
-    if product.op != "call_function" or product.target is not operator.mul or len(product.args) != 2 \
-            or product.kwargs:
-        return None
-    up_half = product.args[1] if product.args[0] is act_node else product.args[0]
+    up_half = _other_factor(act_node)
     if not (isinstance(up_half, torch.fx.Node) and up_half.op == "call_function"
             and up_half.target is operator.getitem and up_half.args == (split, 1 - gate_index)
             and len(up_half.users) == 1):
