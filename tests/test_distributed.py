@@ -2,7 +2,8 @@
 parallelism exactly as in one process: two CPU processes on gloo, a few SGD
 steps, then every parameter compared with the same model trained alone (on
 both processes' batches; for tensor parallelism, where both see the same
-batch, on that one)."""
+batch, on that one). With two CUDA GPUs the same tests run on them too,
+over NCCL."""
 
 import datetime
 import os
@@ -18,6 +19,11 @@ import torch_gemm_act as tga
 
 WORLD = 2
 
+# The CPU over gloo everywhere; two GPUs over NCCL where a machine has them.
+DEVICES = pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(torch.cuda.device_count() < WORLD,
+                                                         reason=f"needs {WORLD} CUDA GPUs"))])
+
 
 class _GatedMLP(nn.Module):
     """Llama's MLP: down(act(gate(x)) * up(x))."""
@@ -31,19 +37,21 @@ class _GatedMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-def _model(engine=None):
+def _model(engine, device):
     torch.manual_seed(0)
-    if engine is not None and engine.endswith("_gated"):
-        return nn.Sequential(_GatedMLP(), nn.Linear(16, 4))
-    if engine == "tp_plan_after_fusion":
+    if engine.endswith("_gated"):
+        model = nn.Sequential(_GatedMLP(), nn.Linear(16, 4))
+    elif engine == "tp_plan_after_fusion":
         # The MLP as tensor parallelism splits it: column-, then row-parallel.
-        return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
-    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.SiLU(), nn.Linear(8, 4))
+        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    else:
+        model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.SiLU(), nn.Linear(8, 4))
+    return model.to(device)
 
 
-def _batch(rank):
+def _batch(rank, device):
     g = torch.Generator().manual_seed(100 + rank)
-    return torch.randn(6, 16, generator=g), torch.randn(6, 4, generator=g)
+    return torch.randn(6, 16, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
 
 
 def _train(model, step_loss, steps=3):
@@ -70,15 +78,18 @@ def _wrap(model, engine):
 
 def _full_state(model):
     state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in model.state_dict().items()}
-    return {k: (v.full_tensor() if type(v).__name__ == "DTensor" else v).detach().clone() for k, v in state.items()}
+    return {k: (v.full_tensor() if type(v).__name__ == "DTensor" else v).detach().cpu() for k, v in state.items()}
 
 
-def _worker(rank, engine, port, out):
+def _worker(rank, engine, device, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device == "cuda":
+        torch.cuda.set_device(rank)
     # A rank that fails leaves the other waiting: collectives time out instead of hanging.
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=120))
     try:
-        _run(rank, engine, out)
+        _run(rank, engine, device, out)
     finally:
         # Both ranks done with every collective before the group goes (a rank
         # that leaves first can abort the other's last gloo operation).
@@ -90,19 +101,19 @@ def _worker(rank, engine, port, out):
     os._exit(0)
 
 
-def _run(rank, engine, out):
+def _run(rank, engine, device, out):
     if engine == "tp":
-        _train_tensor_parallel(rank, out)
+        _train_tensor_parallel(rank, device, out)
         return
     if engine == "tp_plan_after_fusion":
-        _train_tensor_parallel_after_fusion(rank, out)
+        _train_tensor_parallel_after_fusion(rank, device, out)
         return
-    x, y = _batch(rank)
+    x, y = _batch(rank, device)
     states = {}
     # fsdp_bf16: the unfused model under the same policy is the reference
     # (both compute in bf16, so one process in fp32 is not).
     for name in ("fused", "eager") if engine.startswith("fsdp_bf16") else ("fused",):
-        model = _model(engine)
+        model = _model(engine, device)
         if name == "fused":
             model, report = tga.fuse_linear_act(model, report=True)
             if engine.endswith("_gated"):
@@ -117,7 +128,7 @@ def _run(rank, engine, out):
         torch.save(states, out)
 
 
-def _train_tensor_parallel(rank, out):
+def _train_tensor_parallel(rank, device, out):
     """The plan written for the unfused model (column-parallel first Linear,
     row-parallel second), then fuse_linear_act: the fused modules keep the
     plan's sharded parameters and input/output conversions, and the operator
@@ -125,19 +136,19 @@ def _train_tensor_parallel(rank, out):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = init_device_mesh("cpu", (WORLD,))
-    model = parallelize_module(_model(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    mesh = init_device_mesh(device, (WORLD,))
+    model = parallelize_module(_model("tp", device), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     model, report = tga.fuse_linear_act(model, report=True)
     assert [lin for lin, _, _ in report.fused] == ["0", "2"] and report.hooks_moved == ["0", "2"], str(report)
     assert type(model[0].weight).__name__ == "DTensor"
-    x, y = _batch(0)
+    x, y = _batch(0, device)
     _train(model, lambda m: ((m(x) - y) ** 2).mean())
     state = _full_state(model)  # a collective: every rank takes part
     if rank == 0:
         torch.save({"fused": state}, out)
 
 
-def _train_tensor_parallel_after_fusion(rank, out):
+def _train_tensor_parallel_after_fusion(rank, device, out):
     """The plan written for the unfused MLP, applied to the fused one: the
     fused modules are nn.Linears to ColwiseParallel and RowwiseParallel.
     Each rank's operators compute on its shards: a step's one collective is
@@ -147,14 +158,14 @@ def _train_tensor_parallel_after_fusion(rank, out):
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = init_device_mesh("cpu", (WORLD,))
-    model, report = tga.fuse_linear_act(_model("tp_plan_after_fusion"), report=True)
+    mesh = init_device_mesh(device, (WORLD,))
+    model, report = tga.fuse_linear_act(_model("tp_plan_after_fusion", device), report=True)
     assert report.fused == [("0", "1", "gelu")] and report.chained == [("0", "2")], str(report)
     model = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     assert isinstance(model[0], tga.LinearAct) and isinstance(model[2], tga.LinearAct)
     assert model[0].weight.to_local().shape == (32 // WORLD, 16)
     assert model[2].weight.to_local().shape == (4, 32 // WORLD)
-    x, y = _batch(0)
+    x, y = _batch(0, device)
     comm = CommDebugMode()
     with comm:
         ((model(x) - y) ** 2).mean().backward()
@@ -173,20 +184,23 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _one_process(engine):
-    model = _model(engine)
-    batches = [_batch(r) for r in range(1 if engine.startswith("tp") else WORLD)]
+def _one_process(engine, device):
+    model = _model(engine, device)
+    batches = [_batch(r, device) for r in range(1 if engine.startswith("tp") else WORLD)]
     _train(model, lambda m: sum(((m(x) - y) ** 2).mean() for x, y in batches) / len(batches))
-    return model.state_dict()
+    return {k: v.cpu() for k, v in model.state_dict().items()}
 
 
-def _check(engine, tmp_path):
+def _check(engine, tmp_path, device):
     out = str(tmp_path / f"{engine}.pt")
-    mp.spawn(_worker, args=(engine, _free_port(), out), nprocs=WORLD)
+    mp.spawn(_worker, args=(engine, device, _free_port(), out), nprocs=WORLD)
     states = torch.load(out)
     got = states["fused"]
-    expected = states["eager"] if "eager" in states else _one_process(engine)
-    tol = dict(rtol=2e-2, atol=2e-2) if engine.startswith("fsdp_bf16") else dict(rtol=1e-5, atol=1e-6)
+    expected = states["eager"] if "eager" in states else _one_process(engine, device)
+    if engine.startswith("fsdp_bf16"):
+        tol = dict(rtol=2e-2, atol=2e-2)
+    else:  # fp32; on CUDA, reductions in another order than one process's
+        tol = dict(rtol=1e-5, atol=1e-6) if device == "cpu" else dict(rtol=1e-4, atol=1e-5)
     assert list(got) == list(expected)
     for key, value in expected.items():
         torch.testing.assert_close(got[key], value, msg=key, **tol)
@@ -197,31 +211,37 @@ def _check(engine, tmp_path):
 MODELS = pytest.mark.parametrize("model", ["", "_gated"], ids=["mlp", "gated"])
 
 
+@DEVICES
 @MODELS
-def test_fused_model_trains_under_ddp(model, tmp_path):
-    _check("ddp" + model, tmp_path)
+def test_fused_model_trains_under_ddp(model, device, tmp_path):
+    _check("ddp" + model, tmp_path, device)
 
 
+@DEVICES
 @MODELS
-def test_fused_model_trains_under_ddp_compiled(model, tmp_path):
-    _check("ddp_compile" + model, tmp_path)
+def test_fused_model_trains_under_ddp_compiled(model, device, tmp_path):
+    _check("ddp_compile" + model, tmp_path, device)
 
 
+@DEVICES
 @MODELS
-def test_fused_model_trains_under_fully_shard(model, tmp_path):
-    _check("fsdp" + model, tmp_path)
+def test_fused_model_trains_under_fully_shard(model, device, tmp_path):
+    _check("fsdp" + model, tmp_path, device)
 
 
+@DEVICES
 @MODELS
-def test_fused_model_trains_under_fully_shard_in_bf16(model, tmp_path):
+def test_fused_model_trains_under_fully_shard_in_bf16(model, device, tmp_path):
     """FSDP2's mixed precision (bf16 compute, fp32 reduction): the fused and
     the unfused model end within bf16's tolerance of each other."""
-    _check("fsdp_bf16" + model, tmp_path)
+    _check("fsdp_bf16" + model, tmp_path, device)
 
 
-def test_fused_model_trains_under_tensor_parallelism(tmp_path):
-    _check("tp", tmp_path)
+@DEVICES
+def test_fused_model_trains_under_tensor_parallelism(device, tmp_path):
+    _check("tp", tmp_path, device)
 
 
-def test_tensor_parallel_plan_applies_to_the_fused_model(tmp_path):
-    _check("tp_plan_after_fusion", tmp_path)
+@DEVICES
+def test_tensor_parallel_plan_applies_to_the_fused_model(device, tmp_path):
+    _check("tp_plan_after_fusion", tmp_path, device)
