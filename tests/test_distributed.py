@@ -73,7 +73,8 @@ def _wrap(model, engine):
     for layer in model:
         if any(True for _ in layer.parameters()):
             fully_shard(layer, mp_policy=policy)
-    return fully_shard(model, mp_policy=policy)
+    model = fully_shard(model, mp_policy=policy)
+    return torch.compile(model) if engine.startswith("fsdp_compile") else model
 
 
 def _full_state(model):
@@ -227,6 +228,12 @@ def test_fused_model_trains_under_ddp_compiled(model, device, tmp_path):
 @MODELS
 def test_fused_model_trains_under_fully_shard(model, device, tmp_path):
     _check("fsdp" + model, tmp_path, device)
+
+
+@DEVICES
+@MODELS
+def test_fused_model_trains_under_fully_shard_compiled(model, device, tmp_path):
+    _check("fsdp_compile" + model, tmp_path, device)
 
 
 @DEVICES
