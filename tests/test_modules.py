@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 import torch_gemm_act as tga
+from conftest import requires_cuda
 from reference import assert_close
 
 
@@ -159,3 +160,17 @@ def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
         chained = device == "cpu" and (p == 0 or not training)  # float64 on CUDA: never
         assert ("Chained" in nodes[-1]) == chained, (training, nodes[-1])
         assert model[0]._chain_out.y is None  # taken, or never published
+
+
+@requires_cuda
+def test_host_bound_layers_run_atens_kernels_cuda():
+    """On CUDA a layer below HOST_BOUND_MULTIPLY_ADDS runs as the unfused
+    one does (F.linear, then the activation); from there on, the fused op."""
+    from torch_gemm_act.functional import HOST_BOUND_MULTIPLY_ADDS
+    fused = tga.LinearAct(1024, 1024, activation="gelu", device="cuda", dtype=torch.bfloat16)
+    for rows, fused_op in ((HOST_BOUND_MULTIPLY_ADDS // (1024 * 1024) - 1, False),
+                           (HOST_BOUND_MULTIPLY_ADDS // (1024 * 1024), True)):
+        x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        y = fused(x)
+        assert ("GemmAct" in y.grad_fn.name()) == fused_op, y.grad_fn.name()
+        assert_close(y, nn.functional.gelu(nn.functional.linear(x, fused.weight, fused.bias)), torch.bfloat16)

@@ -7,6 +7,8 @@ this file adds is each one's PyTorch twin: the module whose output it
 reproduces, which fuse_linear_act replaces and the tests compare against.
 """
 
+import functools
+
 from torch import nn
 
 from . import _C
@@ -87,6 +89,13 @@ def gate_activation(gated):
 def torch_module(activation, negative_slope=0.01):
     """The PyTorch module `activation` reproduces (nn.Identity for none)."""
     check_activation(activation, negative_slope)
+    return twin(activation, negative_slope)
+
+
+@functools.lru_cache(maxsize=None)
+def shared_twin(activation, negative_slope=0.01):
+    """twin's module, one per (activation, slope), shared (the modules hold
+    no state): for a path that applies it on every call."""
     return twin(activation, negative_slope)
 
 

@@ -27,14 +27,7 @@ import torch
 
 from . import ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
-from .functional import _PLAIN, _needs_grad, _stores_preact, gemm_act
-
-# On CUDA, chaining pays from about this many multiply-adds per layer: below
-# it a layer is bound by host time, which the chained operator's extra
-# arguments and the stored Z1 only add to. (Not measured at the boundary:
-# the small model case, 1.3e8, is host-bound; GPT-2's MLP layers, 1.9e10,
-# are not.)
-_MIN_CUDA_MULTIPLY_ADDS = 1 << 30
+from .functional import _PLAIN, _needs_grad, _stores_preact, gemm_act, host_bound
 
 
 class ChainLink:
@@ -119,11 +112,13 @@ def chains(x, activation):
 
 def chain_pays(x, b, bias, activation, any_size=False):
     """Whether a layer on a chain should publish its Z for the next: in
-    training, on plain tensors, where it chains (``chains``) and, on CUDA,
-    unless ``any_size``, where the GEMM is large enough."""
+    training, on plain tensors, where it chains (``chains``) and, unless
+    ``any_size``, where the layer is not host-bound (``host_bound``: the
+    chained operator's extra arguments and the stored Z1 would only add to
+    its host time)."""
     if not _differentiated(x, b, bias) or not chains(x, activation):
         return False
-    return not x.is_cuda or any_size or x.numel() * b.shape[1] >= _MIN_CUDA_MULTIPLY_ADDS
+    return any_size or not host_bound(x, b.shape[1])
 
 
 def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False):

@@ -69,6 +69,22 @@ def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, retur
 # __torch_function__ of its own (nn.Parameter's is disabled).
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
+# Below about this many multiply-adds a layer on CUDA is bound by host time:
+# its GEMM takes a few microseconds (bf16; tens in exact fp32), less than
+# the host spends on the call, and a fused epilogue saves less than the
+# fused operator's own host time costs. The small MLP case (512 x 256 x
+# 1024, 1.3e8) ran 1.16-1.28 x eager's training step through the fused
+# modules, its GPU busy time 0.91 x eager's (H200); GPT-2's MLP layers
+# (1.9e10) are GPU-bound.
+HOST_BOUND_MULTIPLY_ADDS = 1 << 30
+
+
+def host_bound(x, n):
+    """Whether a layer taking x ([..., K]) to n columns is host-bound on
+    CUDA (``HOST_BOUND_MULTIPLY_ADDS``), in eager mode; never on the CPU, and
+    not under torch.compile, where the graph's launches replace the calls."""
+    return x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS and not torch.compiler.is_compiling()
+
 
 def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.

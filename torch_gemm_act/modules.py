@@ -5,9 +5,9 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 import torch
 from torch import nn
 
-from .activations import GELU, USES_SLOPE, check_activation, gate_activation
+from .activations import GELU, USES_SLOPE, check_activation, gate_activation, shared_twin
 from .chain import chained_gemm
-from .functional import SWIGLU, gated_linear_act, gemm_act
+from .functional import SWIGLU, gated_linear_act, gemm_act, host_bound
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -50,6 +50,13 @@ class _WithActivation:
     _chain_out = None  # ChainLink to the layer that takes this one's output
 
     def _gemm(self, x, b, bias):
+        if host_bound(x, b.shape[1]) and (self._chain_in is None or self._chain_in.y is not x):
+            # ATen's kernels, as the unfused layer runs them: the fused
+            # operator would save less GPU time than its host time costs.
+            # (A chain's second layer still takes what the first published.)
+            if self._chain_in is not None:
+                self._chain_in.clear()  # what it holds is another input's
+            return shared_twin(self.activation, self.negative_slope)(self._unfused_linear(x))
         if self._chain_in is None and self._chain_out is None:
             return gemm_act(x, b, bias, activation=self.activation, negative_slope=self.negative_slope)
         return chained_gemm(x, b, bias, self.activation, self.negative_slope, self._chain_in,
@@ -98,6 +105,9 @@ class LinearAct(_WithActivation, nn.Linear):
     def forward(self, x):
         return self._gemm(x, self.weight.t(), self.bias)
 
+    def _unfused_linear(self, x):
+        return nn.functional.linear(x, self.weight, self.bias)
+
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, {self._activation_repr()}")
@@ -140,6 +150,10 @@ class Conv1DAct(_WithActivation, nn.Module):
     def forward(self, x):
         # weight is [K, N] already: the GEMM's B without a transpose.
         return self._gemm(x, self.weight, self.bias)
+
+    def _unfused_linear(self, x):
+        # Conv1D's own formula.
+        return torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
 
     def extra_repr(self):
         return f"nf={self.nf}, nx={self.nx}, {self._activation_repr()}"
