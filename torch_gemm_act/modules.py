@@ -5,7 +5,7 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 import torch
 from torch import nn
 
-from .activations import GELU, USES_SLOPE, check_activation, gate_activation, shared_twin
+from .activations import GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin
 from .chain import chained_gemm
 from .functional import SWIGLU, gated_linear_act, gemm_act, host_bound
 
@@ -49,14 +49,24 @@ class _WithActivation:
     _chain_in = None   # ChainLink from the layer whose output this one takes
     _chain_out = None  # ChainLink to the layer that takes this one's output
 
+    def _runs_unfused(self, x, n):
+        """Whether this call runs ATen's kernels, as the unfused layer does:
+        where the layer is host-bound (functional.host_bound), the fused
+        operator saving less GPU time than its host time costs; a chain's
+        second layer still takes what the first published."""
+        if not host_bound(x, n):
+            return False
+        if self._chain_in is None:
+            return True
+        if self._chain_in.y is x:
+            return False
+        self._chain_in.clear()  # what it holds is another input's
+        return True
+
+    def _activate(self, y):
+        return y if self.activation == IDENTITY else shared_twin(self.activation, self.negative_slope)(y)
+
     def _gemm(self, x, b, bias):
-        if host_bound(x, b.shape[1]) and (self._chain_in is None or self._chain_in.y is not x):
-            # ATen's kernels, as the unfused layer runs them: the fused
-            # operator would save less GPU time than its host time costs.
-            # (A chain's second layer still takes what the first published.)
-            if self._chain_in is not None:
-                self._chain_in.clear()  # what it holds is another input's
-            return shared_twin(self.activation, self.negative_slope)(self._unfused_linear(x))
         if self._chain_in is None and self._chain_out is None:
             return gemm_act(x, b, bias, activation=self.activation, negative_slope=self.negative_slope)
         return chained_gemm(x, b, bias, self.activation, self.negative_slope, self._chain_in,
@@ -103,10 +113,9 @@ class LinearAct(_WithActivation, nn.Linear):
         return _share_parameters(module, linear)
 
     def forward(self, x):
+        if self._runs_unfused(x, self.out_features):
+            return self._activate(nn.functional.linear(x, self.weight, self.bias))
         return self._gemm(x, self.weight.t(), self.bias)
-
-    def _unfused_linear(self, x):
-        return nn.functional.linear(x, self.weight, self.bias)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -148,12 +157,11 @@ class Conv1DAct(_WithActivation, nn.Module):
         return module
 
     def forward(self, x):
+        if self._runs_unfused(x, self.nf):  # Conv1D's own formula
+            y = torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
+            return self._activate(y)
         # weight is [K, N] already: the GEMM's B without a transpose.
         return self._gemm(x, self.weight, self.bias)
-
-    def _unfused_linear(self, x):
-        # Conv1D's own formula.
-        return torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
 
     def extra_repr(self):
         return f"nf={self.nf}, nx={self.nx}, {self._activation_repr()}"
