@@ -55,7 +55,10 @@ def _batch(rank, device):
 
 
 def _train(model, step_loss, steps=3):
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    # The per-parameter loop (the CPU's default): the multi-tensor path, the
+    # CUDA default, cannot take a model whose plan leaves some parameters
+    # plain tensors beside DTensors (the "tp" model's last Linear).
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
     for _ in range(steps):
         opt.zero_grad()
         step_loss(model).backward()
