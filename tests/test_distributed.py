@@ -109,8 +109,8 @@ def _run(rank, engine, device, out):
     if engine == "tp":
         _train_tensor_parallel(rank, device, out)
         return
-    if engine == "tp_plan_after_fusion":
-        _train_tensor_parallel_after_fusion(rank, device, out)
+    if engine.startswith("tp_plan_after_fusion"):
+        _train_tensor_parallel_after_fusion(rank, engine, device, out)
         return
     x, y = _batch(rank, device)
     states = {}
@@ -152,9 +152,11 @@ def _train_tensor_parallel(rank, device, out):
         torch.save({"fused": state}, out)
 
 
-def _train_tensor_parallel_after_fusion(rank, device, out):
+def _train_tensor_parallel_after_fusion(rank, engine, device, out):
     """The plan written for the unfused MLP, applied to the fused one: the
-    fused modules are nn.Linears to ColwiseParallel and RowwiseParallel.
+    fused modules are nn.Linears to ColwiseParallel and RowwiseParallel
+    (for the gated MLP: gate and up projections column parallel, down row
+    parallel, as for Llama).
     Each rank's operators compute on its shards: a step's one collective is
     the row-parallel output's all-reduce; no weight or activation is
     gathered."""
@@ -163,12 +165,20 @@ def _train_tensor_parallel_after_fusion(rank, device, out):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     mesh = init_device_mesh(device, (WORLD,))
-    model, report = tga.fuse_linear_act(_model("tp_plan_after_fusion", device), report=True)
-    assert report.fused == [("0", "1", "gelu")] and report.chained == [("0", "2")], str(report)
-    model = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    assert isinstance(model[0], tga.LinearAct) and isinstance(model[2], tga.LinearAct)
-    assert model[0].weight.to_local().shape == (32 // WORLD, 16)
-    assert model[2].weight.to_local().shape == (4, 32 // WORLD)
+    model, report = tga.fuse_linear_act(_model(engine, device), report=True)
+    if engine.endswith("_gated"):
+        assert report.fused == [("0.gate_proj * 0.up_proj", "0.act_fn", "swiglu")], str(report)
+        plan = {"0.gate_proj": ColwiseParallel(), "0.up_proj": ColwiseParallel(), "0.down_proj": RowwiseParallel()}
+        column, row = model[0].gate_proj, model[0].down_proj
+        assert isinstance(column, tga.LinearGate) and isinstance(model[0].up_proj, tga.LinearUp)
+    else:
+        assert report.fused == [("0", "1", "gelu")] and report.chained == [("0", "2")], str(report)
+        plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+        column, row = model[0], model[2]
+        assert isinstance(column, tga.LinearAct) and isinstance(row, tga.LinearAct)
+    model = parallelize_module(model, mesh, plan)
+    assert column.weight.to_local().shape == (32 // WORLD, 16)
+    assert row.weight.to_local().shape[1] == 32 // WORLD
     x, y = _batch(0, device)
     comm = CommDebugMode()
     with comm:
@@ -253,5 +263,6 @@ def test_fused_model_trains_under_tensor_parallelism(device, tmp_path):
 
 
 @DEVICES
-def test_tensor_parallel_plan_applies_to_the_fused_model(device, tmp_path):
-    _check("tp_plan_after_fusion", tmp_path, device)
+@MODELS
+def test_tensor_parallel_plan_applies_to_the_fused_model(model, device, tmp_path):
+    _check("tp_plan_after_fusion" + model, tmp_path, device)

@@ -22,11 +22,19 @@ def _linear_parameters(module, in_features, out_features, bias, factory):
     nn.Linear.reset_parameters(module)
 
 
+class _Fused:
+    """Marks this project's nn.Linear subclasses: Linears to whatever
+    handles Linears by type, but not linear ones."""
+
+
 def _check_linear(linear):
-    # A LinearAct is an nn.Linear too, but not a linear one: sharing its
-    # parameters would drop its activation.
-    if not isinstance(linear, nn.Linear) or isinstance(linear, _WithActivation):
+    # Sharing a fused module's parameters would drop what it fuses.
+    if not isinstance(linear, nn.Linear) or isinstance(linear, _Fused):
         raise TypeError(f"from_linear expects an nn.Linear without an activation, got {type(linear).__name__}")
+
+
+def _is_dtensor(t):
+    return type(t).__name__ == "DTensor"
 
 
 def _share_parameters(module, linear):
@@ -36,7 +44,7 @@ def _share_parameters(module, linear):
     return module
 
 
-class _WithActivation:
+class _WithActivation(_Fused):
     """What the fused modules share (a mixin before their nn.Module base):
     their activation, checked once, and the links fuse_linear_act may give
     them to the layer before and after (torch_gemm_act.chain: the MLP
@@ -186,16 +194,14 @@ class AppliedByGate:
 APPLIED_BY_GATE = AppliedByGate()
 
 
-class LinearUp(nn.Module):
+class LinearUp(_Fused, nn.Linear):
     """The up projection of a gated MLP whose LinearGate computes the whole
-    gated product: it holds nn.Linear's parameters (the model's
-    ``up_proj.weight`` stays where it was) and returns APPLIED_BY_GATE (1
-    under torch.compile), so the forward's ``act(gate(x)) * up(x)`` is the
-    gate's output."""
-
-    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
-        super().__init__()
-        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
+    gated product: an nn.Linear (the model's ``up_proj.weight`` stays where
+    it was) that returns APPLIED_BY_GATE (1 under torch.compile), so the
+    forward's ``act(gate(x)) * up(x)`` is the gate's output. Under tensor
+    parallelism (its weight a DTensor) it computes its own projection, and
+    its LinearGate the activation of its own: the unfused formula, on
+    shards."""
 
     @classmethod
     def from_linear(cls, linear):
@@ -205,6 +211,8 @@ class LinearUp(nn.Module):
         return _share_parameters(module, linear)
 
     def forward(self, x):
+        if _is_dtensor(self.weight):
+            return nn.functional.linear(x, self.weight, self.bias)
         # Under torch.compile, 1: Dynamo traces a product with it, which
         # Inductor removes (a multiply by 1 is one of its no-ops).
         return 1 if torch.compiler.is_compiling() else APPLIED_BY_GATE
@@ -214,11 +222,13 @@ class LinearUp(nn.Module):
                 f"bias={self.bias is not None}, applied by its LinearGate")
 
 
-class LinearGate(nn.Module):
+class LinearGate(_Fused, nn.Linear):
     """``act(x @ weight.T + bias) * up(x)`` in one operator, ``up`` the
     LinearUp it is paired with (``pair``): a gated MLP's gate projection,
-    activation and product (gated_linear_act). Its parameters are the
-    gate's, as nn.Linear's.
+    activation and product (gated_linear_act). An nn.Linear with the gate's
+    parameters. Under tensor parallelism (both weights DTensors, sharded
+    alike by the plan) it computes ``act(x @ weight.T + bias)`` alone and
+    its LinearUp the other factor, as the unfused module does.
 
     Args:
         in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
@@ -226,10 +236,9 @@ class LinearGate(nn.Module):
     """
 
     def __init__(self, in_features, out_features, bias=True, activation=SWIGLU, device=None, dtype=None):
-        super().__init__()
         gate_activation(activation)
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.activation = activation
-        _linear_parameters(self, in_features, out_features, bias, {"device": device, "dtype": dtype})
         # Not a submodule (set through __dict__, read through `up`): the up
         # projection's parameters stay under their own name in the state_dict.
         self.__dict__["_up"] = None
@@ -262,6 +271,14 @@ class LinearGate(nn.Module):
         up = self.up
         if up is None:
             raise RuntimeError("LinearGate: no up projection; pair it with a LinearUp first")
+        sharded = (_is_dtensor(self.weight), _is_dtensor(up.weight))
+        if any(sharded):
+            if not all(sharded):
+                raise ValueError("LinearGate: a tensor-parallel plan must shard the gate and up projections "
+                                 "alike (both ColwiseParallel); got the gate's weight "
+                                 f"{'a DTensor' if sharded[0] else 'a plain tensor'} and the up projection's "
+                                 f"{'a DTensor' if sharded[1] else 'a plain tensor'}")
+            return shared_twin(gate_activation(self.activation))(nn.functional.linear(x, self.weight, self.bias))
         return gated_linear_act(x, self.weight, up.weight, self.bias, up.bias, self.activation)
 
     def extra_repr(self):
