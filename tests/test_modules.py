@@ -39,7 +39,7 @@ def test_from_linear_shares_parameters():
     assert fused.weight is linear.weight and fused.bias is linear.bias
     x = torch.randn(3, 6)
     assert_close(fused(x), nn.functional.silu(linear(x)), torch.float32)
-    with pytest.raises(TypeError, match="expects an nn.Linear without an activation, got ReLU"):
+    with pytest.raises(TypeError, match="expects a plain nn.Linear \\(not a fused module\\), got ReLU"):
         tga.LinearAct.from_linear(nn.ReLU())
     # A LinearAct is an nn.Linear, but sharing its parameters would drop its activation.
     with pytest.raises(TypeError, match="got LinearAct"):

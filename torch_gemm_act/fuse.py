@@ -211,7 +211,8 @@ def _packed_glu(act_node, calls, children):
             and gate_half.target is operator.getitem and len(gate_half.users) == 1):
         return None
     split, gate_index = gate_half.args
-    if not (split.op == "call_method" and split.target == "chunk" and len(split.users) == 2):
+    if not (isinstance(split, torch.fx.Node) and split.op == "call_method" and split.target == "chunk"
+            and len(split.users) == 2 and gate_index in (0, 1) and type(gate_index) is int):
         return None
     args = dict(zip(("input", "chunks", "dim"), split.args), **split.kwargs)
     if args.get("chunks") != 2 or args.get("dim") not in (-1,):

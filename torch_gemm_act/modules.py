@@ -30,7 +30,7 @@ class _Fused:
 def _check_linear(linear):
     # Sharing a fused module's parameters would drop what it fuses.
     if not isinstance(linear, nn.Linear) or isinstance(linear, _Fused):
-        raise TypeError(f"from_linear expects an nn.Linear without an activation, got {type(linear).__name__}")
+        raise TypeError(f"from_linear expects a plain nn.Linear (not a fused module), got {type(linear).__name__}")
 
 
 def _is_dtensor(t):
