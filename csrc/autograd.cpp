@@ -226,7 +226,6 @@ void save_layer(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
   ctx->saved_data["beta"] = beta;
   ctx->saved_data["negative_slope"] = negative_slope;
   ctx->saved_data["store_preact"] = store_preact;
-  ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
   ctx->saved_data["has_c"] = c.has_value() && c->defined();
   if (!store_preact) ctx->mark_non_differentiable({z});  // an empty placeholder
   // An output that received no gradient (Z, unless the user asked for it
@@ -249,16 +248,15 @@ struct OperandPlaces {
 // moving the incoming gradients out lets them be freed as soon as dZ exists,
 // before the GEMMs (eager's activation node frees gY there too; holding it
 // raised a training step's peak memory by gY's size).
-variable_list layer_backward(AutogradContext* ctx, variable_list& grads, const OperandPlaces& places,
-                             ChainedInput* chained, bool z_feeds_chain) {
-  const variable_list saved_vars = ctx->get_saved_variables();
+variable_list layer_backward(AutogradContext* ctx, const variable_list& saved_vars, variable_list& grads,
+                             const OperandPlaces& places, ChainedInput* chained, bool z_feeds_chain) {
   const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
   at::Tensor saved = saved_vars[2];
   const std::string activation = ctx->saved_data["activation"].toStringRef();
   const double alpha = ctx->saved_data["alpha"].toDouble();
   const double beta = ctx->saved_data["beta"].toDouble();
   const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
-  const bool has_bias = ctx->saved_data["has_bias"].toBool();
+  const bool has_bias = bias.defined();
   const bool has_c = ctx->saved_data["has_c"].toBool();
   const size_t bias_edge = places.b_edge + 1;
   const size_t c_edge = has_bias ? places.b_edge + 2 : places.b_edge + 1;
@@ -315,7 +313,8 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     // Arguments a, b, bias, c, then non-tensors.
-    return layer_backward(ctx, grads, {0, 1, 9, 0, 1}, nullptr, /*z_feeds_chain=*/false);
+    return layer_backward(ctx, ctx->get_saved_variables(), grads, {0, 1, 9, 0, 1}, nullptr,
+                          /*z_feeds_chain=*/false);
   }
 };
 
@@ -344,8 +343,6 @@ struct GemmActChainedFunction : public torch::autograd::Function<GemmActChainedF
                a_saved, a_bias.value_or(at::Tensor()));
     ctx->saved_data["a_activation"] = std::string(a_activation);
     ctx->saved_data["a_negative_slope"] = a_negative_slope;
-    ctx->saved_data["chained"] = a_preact.has_value();
-    ctx->saved_data["has_a_bias"] = a_bias.has_value();
     ctx->saved_data["z_feeds_chain"] = z_feeds_chain;
     return {y, z};
   }
@@ -354,20 +351,22 @@ struct GemmActChainedFunction : public torch::autograd::Function<GemmActChainedF
     const bool z_feeds_chain = ctx->saved_data["z_feeds_chain"].toBool();
     // Arguments a, a_preact, a_bias, two non-tensors, b, bias, c, then
     // non-tensors (14 in all); edges count only the tensors present.
-    if (!ctx->saved_data["chained"].toBool()) {
-      return layer_backward(ctx, grads, {0, 5, 14, 0, 1}, nullptr, z_feeds_chain);
-    }
+    // a_saved (saved_vars[5]) is defined where a_preact was given, a_bias
+    // (saved_vars[6]) where a_bias was.
     const variable_list saved_vars = ctx->get_saved_variables();
+    if (!saved_vars[5].defined()) {
+      return layer_backward(ctx, saved_vars, grads, {0, 5, 14, 0, 1}, nullptr, z_feeds_chain);
+    }
     ChainedInput chained;
     chained.a_saved = saved_vars[5];
-    if (ctx->saved_data["has_a_bias"].toBool()) chained.a_bias = saved_vars[6];
+    if (saved_vars[6].defined()) chained.a_bias = saved_vars[6];
     chained.activation = ctx->saved_data["a_activation"].toStringRef();
     chained.negative_slope = ctx->saved_data["a_negative_slope"].toDouble();
     // a_preact takes the gradient a would have had; a none.
     OperandPlaces places{1, 5, 14, 1, chained.a_bias.has_value() ? size_t{3} : size_t{2}};
     places.a_bias_pos = 2;
     places.a_bias_edge = 2;
-    return layer_backward(ctx, grads, places, &chained, z_feeds_chain);
+    return layer_backward(ctx, saved_vars, grads, places, &chained, z_feeds_chain);
   }
 };
 
