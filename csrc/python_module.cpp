@@ -135,6 +135,13 @@ PyObject* testing_overrides(PyObject*, PyObject*) {
 // apply), without matching Python arguments against its schema, which cost
 // more host time than the rest of a small forward. The Python side takes
 // this path for plain tensors outside torch.compile and torch-function modes.
+std::optional<at::Tensor> tensor_or_none(PyObject* obj, const char* op, const char* name) {
+  if (obj == Py_None) return std::nullopt;
+  TORCH_CHECK_TYPE(THPVariable_Check(obj), op, ": ", name, " must be a Tensor or None, got ",
+                   Py_TYPE(obj)->tp_name);
+  return THPVariable_Unpack(obj);
+}
+
 PyObject* gemm_act_call(PyObject*, PyObject* args) {
   HANDLE_TH_ERRORS
   PyObject *a = nullptr, *b = nullptr, *bias = nullptr, *c = nullptr;
@@ -147,14 +154,8 @@ PyObject* gemm_act_call(PyObject*, PyObject* args) {
                         &activation, &activation_len, &alpha, &beta, &negative_slope, &store_preact)) {
     return nullptr;
   }
-  const auto tensor_or_none = [](PyObject* obj, const char* name) -> std::optional<at::Tensor> {
-    if (obj == Py_None) return std::nullopt;
-    TORCH_CHECK_TYPE(THPVariable_Check(obj), "gemm_act: ", name, " must be a Tensor or None, got ",
-                     Py_TYPE(obj)->tp_name);
-    return THPVariable_Unpack(obj);
-  };
-  const std::optional<at::Tensor> tbias = tensor_or_none(bias, "bias");
-  const std::optional<at::Tensor> tc = tensor_or_none(c, "c");
+  const std::optional<at::Tensor> tbias = tensor_or_none(bias, "gemm_act", "bias");
+  const std::optional<at::Tensor> tc = tensor_or_none(c, "gemm_act", "c");
   std::tuple<at::Tensor, at::Tensor> out;
   {
     // As ATen's Python bindings do (a Python kernel on the way, of a mode
@@ -163,6 +164,41 @@ PyObject* gemm_act_call(PyObject*, PyObject* args) {
     out = op::gemm_act().call(THPVariable_Unpack(a), THPVariable_Unpack(b), tbias, tc,
                               c10::string_view(activation, activation_len), alpha, beta,
                               negative_slope, store_preact != 0);
+  }
+  return torch::autograd::utils::wrap(std::move(out));
+  END_HANDLE_TH_ERRORS
+}
+
+// gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b,
+// bias, c, activation, alpha, beta, negative_slope, store_preact,
+// z_feeds_chain) -> (Y, Z): as gemm_act_call, for the chained operator
+// (fourteen arguments, whose matching through torch.ops costs the most).
+PyObject* gemm_act_chained_call(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *a = nullptr, *a_preact = nullptr, *a_bias = nullptr, *b = nullptr, *bias = nullptr, *c = nullptr;
+  const char *a_activation = nullptr, *activation = nullptr;
+  Py_ssize_t a_activation_len = 0, activation_len = 0;
+  double a_negative_slope = 0.0, alpha = 1.0, beta = 0.0, negative_slope = 0.01;
+  int store_preact = 0, z_feeds_chain = 0;
+  const auto tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+  if (!PyArg_ParseTuple(args, "O!OOs#dO!OOs#dddpp", tensor_type, &a, &a_preact, &a_bias, &a_activation,
+                        &a_activation_len, &a_negative_slope, tensor_type, &b, &bias, &c, &activation,
+                        &activation_len, &alpha, &beta, &negative_slope, &store_preact, &z_feeds_chain)) {
+    return nullptr;
+  }
+  const char* op_name = "gemm_act_chained";
+  const std::optional<at::Tensor> ta_preact = tensor_or_none(a_preact, op_name, "a_preact");
+  const std::optional<at::Tensor> ta_bias = tensor_or_none(a_bias, op_name, "a_bias");
+  const std::optional<at::Tensor> tbias = tensor_or_none(bias, op_name, "bias");
+  const std::optional<at::Tensor> tc = tensor_or_none(c, op_name, "c");
+  std::tuple<at::Tensor, at::Tensor> out;
+  {
+    pybind11::gil_scoped_release no_gil;
+    out = op::gemm_act_chained().call(THPVariable_Unpack(a), ta_preact, ta_bias,
+                                      c10::string_view(a_activation, a_activation_len), a_negative_slope,
+                                      THPVariable_Unpack(b), tbias, tc,
+                                      c10::string_view(activation, activation_len), alpha, beta,
+                                      negative_slope, store_preact != 0, z_feeds_chain != 0);
   }
   return torch::autograd::utils::wrap(std::move(out));
   END_HANDLE_TH_ERRORS
@@ -182,6 +218,9 @@ PyMethodDef kMethods[] = {
      "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)"},
     {"gemm_act", gemm_act_call, METH_VARARGS,
      "gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact) -> (Y, Z)"},
+    {"gemm_act_chained", gemm_act_chained_call, METH_VARARGS,
+     "gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, "
+     "beta, negative_slope, store_preact, z_feeds_chain) -> (Y, Z)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

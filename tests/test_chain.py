@@ -291,3 +291,22 @@ def test_bias_grad_sums_to_the_bias_shape(bias_kind, dtype, shape, device):
     rtol, atol = TOL[dtype]
     torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol * scale * 8)
     torch.library.opcheck(torch.ops.gemm_act.bias_grad.default, (grad, bias))
+
+
+def test_direct_chained_call_matches_torch_ops(device):
+    """chained_gemm calls the chained operator through _C for plain tensors:
+    the same operator as torch.ops', the same results and gradients; its
+    arguments are checked as the operator's are."""
+    x, w1, b1, w2, b2 = _mlp64(device, (True,) * 5)
+    z1 = x @ w1.t() + b1
+    y1 = torch.nn.functional.gelu(z1)
+    args = (y1, z1, b1, "gelu", 0.01, w2.t(), b2, None, "none", 1.0, 0.0, 0.01, False, False)
+    direct, via_ops = tga._C.gemm_act_chained(*args), tga.ops.gemm_act_chained_op(*args)
+    torch.testing.assert_close(direct[0], via_ops[0], rtol=0, atol=0)
+    grads = [torch.autograd.grad(out[0].sum(), (x, w1, b1, w2, b2), retain_graph=True)
+             for out in (direct, via_ops)]
+    for g_direct, g_ops in zip(*grads):
+        torch.testing.assert_close(g_direct, g_ops, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="gemm_act_chained: a_preact must be a Tensor or None, got int"):
+        tga._C.gemm_act_chained(y1, 1, None, "gelu", 0.01, w2.t(), b2, None, "none", 1.0, 0.0, 0.01, False,
+                                False)

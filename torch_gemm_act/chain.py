@@ -25,9 +25,9 @@ import copy
 
 import torch
 
-from . import ops
+from . import _C, ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
-from .functional import _PLAIN, _needs_grad, _stores_preact, gemm_act, host_bound
+from .functional import _PLAIN, _direct_call, _needs_grad, _stores_preact, gemm_act, host_bound
 
 
 class ChainLink:
@@ -131,8 +131,9 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
         return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
     x_preact, x_bias, x_activation, x_slope = source if source is not None else (None, None, IDENTITY, 0.0)
     store = publish or _stores_preact(x, b, bias, None, activation, False)
-    y, z = ops.gemm_act_chained_op(x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None,
-                                   activation, 1.0, 0.0, float(negative_slope), store, publish)
+    call = _C.gemm_act_chained if _direct_call(x, b, activation) else ops.gemm_act_chained_op
+    y, z = call(x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None, activation, 1.0, 0.0,
+                float(negative_slope), store, publish)
     if publish:
         link_out.put(y, z, bias, activation, negative_slope)
     return y

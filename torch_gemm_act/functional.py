@@ -21,8 +21,7 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     if torch.compiler.is_compiling() and _compiles_as_eager(a, activation, _needs_grad(a, b, bias, c)):
         return _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact)
     store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
-    if (not torch.compiler.is_compiling() and type(a) in _PLAIN and type(b) in _PLAIN
-            and type(activation) is str and not torch._C._is_torch_function_mode_enabled()):
+    if _direct_call(a, b, activation):
         # The same operator, called without torch.ops' per-call argument matching.
         y, z = _C.gemm_act(a, b, bias, c, activation, float(alpha), float(beta),
                            float(negative_slope), store_preact)
@@ -32,6 +31,15 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
         y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
                                float(negative_slope), store_preact)
     return (y, z) if return_preact else y
+
+
+def _direct_call(a, b, activation):
+    """Whether an operator can be called through its direct _C entry (no
+    torch.ops argument matching): on plain tensors, outside torch.compile
+    (which cannot trace into _C) and torch-function modes (which only
+    torch.ops honours)."""
+    return (type(a) in _PLAIN and type(b) in _PLAIN and type(activation) is str
+            and not torch.compiler.is_compiling() and not torch._C._is_torch_function_mode_enabled())
 
 
 def _compiles_as_eager(a, activation=None, needs_grad=False):
