@@ -310,3 +310,18 @@ def test_direct_chained_call_matches_torch_ops(device):
     with pytest.raises(TypeError, match="gemm_act_chained: a_preact must be a Tensor or None, got int"):
         tga._C.gemm_act_chained(y1, 1, None, "gelu", 0.01, w2.t(), b2, None, "none", 1.0, 0.0, 0.01, False,
                                 False)
+
+
+@requires_cuda
+def test_bias_grad_counters_are_reused_across_launches_cuda():
+    """The sums across blocks count arrivals in counters each launch leaves
+    at zero for the next on the stream: calls of several shapes, in turn and
+    again, each sum right against float64."""
+    for shape, kind in [((8192, 64), "col"), ((6000, 96), "row"), ((8192, 64), "col"), ((3, 40000), "scalar"),
+                        ((6000, 96), "row"), ((8192, 64), "col")]:
+        grad = torch.randn(shape, device="cuda")
+        bias = {"col": torch.zeros(shape[1], device="cuda"), "row": torch.zeros(shape[0], 1, device="cuda"),
+                "scalar": torch.zeros((), device="cuda")}[kind]
+        out = torch.ops.gemm_act.bias_grad(grad, bias)
+        expected = grad.double().sum_to_size(bias.shape)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-3, msg=f"{shape} {kind}")

@@ -1,8 +1,9 @@
 // activation_backward_cuda: the CUDA backward elementwise pass's entry point.
 // Sets the device and stream, opens an NVTX range, plans the tiling (see
 // BackwardPlan in activation_backward.h), allocates the workspace for
-// cross-block partial sums (zeroing its few counters with a cudaMemsetAsync
-// on the stream, only when blocks share sums) and launches the one kernel.
+// cross-block partial sums (only when blocks share sums; their counters are
+// the stream's own, which the kernel leaves at zero) and launches the one
+// kernel.
 //
 // The plan depends only on the shape, dtype, bias kind, pointer alignment and
 // the device (SM count, occupancy), so a given call on a given GPU always
@@ -14,6 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,6 +27,9 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "activations.h"
 #include "backend_args.h"
@@ -35,6 +40,26 @@
 
 namespace gemm_act {
 namespace {
+
+// At least `count` int counters at zero for launches on the current stream:
+// each stream's own, grown on demand (zeroed on the stream when allocated),
+// and left at zero by every kernel that uses them (a counter's last block
+// resets it), so that no launch needs a memset. Per stream: launches on one
+// stream run in order, while two streams' could overlap. The map is never
+// destroyed: freeing CUDA memory during process exit can outlive the context.
+int* stream_counters(int64_t count, const at::Tensor& like) {
+  static std::mutex mutex;
+  static auto* buffers = new std::map<std::pair<c10::DeviceIndex, cudaStream_t>, at::Tensor>();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& buffer = (*buffers)[{like.device().index(), stream}];
+  if (!buffer.defined() || buffer.numel() < count) {
+    // The old buffer returns to the caching allocator, which gives it to
+    // later work on this stream only.
+    buffer = at::zeros({std::max<int64_t>(count, 1024)}, like.options().dtype(at::kInt));
+  }
+  return buffer.mutable_data_ptr<int>();
+}
 
 using gpu::backward::BackwardPlan;
 using gpu::backward::ChunkShape;
@@ -152,18 +177,29 @@ void run(const ActivationBackwardArgs& args, cudaStream_t stream) {
   TORCH_CHECK(grid >= 1 && grid <= INT32_MAX, "gemm_act backward: ", m, " x ", n, " needs ", grid,
               " thread blocks, more than a launch allows");
 
-  // Workspace: counters (zeroed here, on the stream) then the partials. The
-  // caching allocator keeps it for this stream's work until the kernel ends.
+  // Workspace: the partials, and the counters. Outside graph capture the
+  // counters are the stream's own zeroed ones (the kernel leaves them at
+  // zero); under capture, a workspace's, zeroed here on the stream. The
+  // caching allocator keeps the workspace for this stream's work until the
+  // kernel ends.
   at::Tensor workspace;
   if (partial_count > 0) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    const bool own_counters = capture != cudaStreamCaptureStatusNone;
     constexpr int64_t kAlign = 256;
-    const int64_t counter_bytes = ceil_div(counter_count * int64_t{sizeof(int)}, kAlign) * kAlign;
+    const int64_t counter_bytes =
+        own_counters ? ceil_div(counter_count * int64_t{sizeof(int)}, kAlign) * kAlign : 0;
     const int64_t bytes = counter_bytes + partial_count * int64_t{sizeof(Acc)};
     workspace = at::empty({bytes}, args.grad_y.options().dtype(at::kByte));
     auto* base = static_cast<char*>(workspace.mutable_data_ptr());
-    plan.counters = reinterpret_cast<int*>(base);
     plan.partials = base + counter_bytes;
-    C10_CUDA_CHECK(cudaMemsetAsync(plan.counters, 0, counter_count * sizeof(int), stream));
+    if (own_counters) {
+      plan.counters = reinterpret_cast<int*>(base);
+      C10_CUDA_CHECK(cudaMemsetAsync(plan.counters, 0, counter_count * sizeof(int), stream));
+    } else {
+      plan.counters = stream_counters(counter_count, args.grad_y);
+    }
   }
 
   gpu::backward::launch_activation_backward<Element>(plan, grid, stream);

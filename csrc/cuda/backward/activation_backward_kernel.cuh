@@ -163,7 +163,10 @@ __device__ __forceinline__ bool arrive_last(int* counter, int64_t expected, int*
   if (threadIdx.x == 0) {
     const int before = atomicAdd(counter, 1);
     const bool last = before == expected - 1;
-    if (last) __threadfence();  // acquire: the others' partials before our reads
+    if (last) {
+      __threadfence();  // acquire: the others' partials before our reads
+      *counter = 0;     // every block has arrived: zero again for the next launch on the stream
+    }
     *s_flag = last ? 1 : 0;
   }
   __syncthreads();
