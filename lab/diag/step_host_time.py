@@ -1,0 +1,97 @@
+"""Host time against GPU time of a bench/models.py step, eager beside fused:
+whether a step is host-bound, and which part of it (forward, backward,
+clearing the grads) the host spends its time on.
+
+    python lab/diag/step_host_time.py [--cases gpt2_small_mlp,vit_l_mlp] [--steps 3]
+
+The GPU is first kept busy by a spin kernel long enough for the host to
+enqueue --steps steps behind it, so the host's times are its own (no wait
+on the GPU; a step that synchronises shows as host time near the spin's),
+and the GPU then runs the queued steps back to back: their time between two
+events is the GPU's alone. A step whose host time is above its GPU time
+leaves the GPU idle in a timed loop.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+
+import models  # noqa: E402
+
+SPIN_MS = 80.0
+
+
+def spin_cycles():
+    props = torch.cuda.get_device_properties(0)
+    rate_khz = getattr(props, "clock_rate", 0) or 1_980_000
+    return int(SPIN_MS * rate_khz)
+
+
+def timed_steps(model, x, gy, mode, steps, cycles):
+    """Host seconds per part, summed over `steps` steps, and GPU ms per step."""
+    xg = x.detach().requires_grad_(mode == "training")
+    parts = {"forward": 0.0, "backward": 0.0, "clear": 0.0}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(cycles)
+    start.record()
+    t_begin = time.perf_counter()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        if mode == "inference":
+            with torch.no_grad():
+                model(xg)
+            parts["forward"] += time.perf_counter() - t0
+            continue
+        y = model(xg)
+        t1 = time.perf_counter()
+        y.backward(gy)
+        t2 = time.perf_counter()
+        xg.grad = None
+        for p in model.parameters():
+            p.grad = None
+        del y
+        parts["forward"] += t1 - t0
+        parts["backward"] += t2 - t1
+        parts["clear"] += time.perf_counter() - t2
+    host_total = time.perf_counter() - t_begin
+    end.record()
+    torch.cuda.synchronize()
+    return {k: v / steps * 1e3 for k, v in parts.items()}, host_total * 1e3, start.elapsed_time(end) / steps
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", default=",".join(sorted(models.CASES)))
+    p.add_argument("--modes", default="inference,training")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args()
+    cycles = spin_cycles()
+    print(f"{'case':<20} {'mode':<10} {'model':<6} {'host ms':>8} {'fwd':>7} {'bwd':>7} {'clear':>6} "
+          f"{'gpu ms':>8} {'host/gpu':>8}")
+    for case in args.cases.split(","):
+        eager, fused, x, gy = models.build(case, "cuda", False)
+        for mode in args.modes.split(","):
+            for name, model in (("eager", eager), ("fused", fused)):
+                for _ in range(2):  # warm-up: the caching allocator's blocks, lazy inits
+                    timed_steps(model, x, gy, mode, args.steps, cycles // 8)
+                reps = [timed_steps(model, x, gy, mode, args.steps, cycles) for _ in range(args.reps)]
+                med = lambda f: statistics.median(f(r) for r in reps)  # noqa: E731
+                host = med(lambda r: sum(r[0].values()))
+                gpu = med(lambda r: r[2])
+                synced = med(lambda r: r[1]) > 0.9 * SPIN_MS
+                print(f"{case:<20} {mode:<10} {name:<6} {host:8.3f} {med(lambda r: r[0]['forward']):7.3f} "
+                      f"{med(lambda r: r[0]['backward']):7.3f} {med(lambda r: r[0]['clear']):6.3f} "
+                      f"{gpu:8.3f} {host / gpu:8.2f}{'  SYNCHRONISES' if synced else ''}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
