@@ -143,11 +143,9 @@ at::Tensor saved_output(c10::string_view activation, const at::Tensor& y, const 
 // whose input is chained (a = a_act(a_preact), `a_saved` the Y or Z of
 // a_act's table row), d(a_preact) = act'(a_saved) * alpha * dZ b^T in one
 // fused GEMM (gemm_dact), which also sums it over rows into a_bias's
-// gradient where that bias is per column. With `bias_with_b`, the layer's
-// own bias gradient (dZ summed over rows) comes with dB from one
-// weight_bias_grad, whose GEMM reduces it where the backend can.
+// gradient where that bias is per column.
 struct OperandGrads {
-  at::Tensor a, b, a_bias, bias;
+  at::Tensor a, b, a_bias;
 };
 struct ChainedInput {
   at::Tensor a_saved;
@@ -163,8 +161,7 @@ bool per_column(const at::Tensor& bias, const c10::SymInt& n) {
 }
 
 OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, const at::Tensor& b,
-                           double alpha, bool need_a, bool need_b, const ChainedInput* chained,
-                           const std::optional<at::Tensor>& bias_with_b) {
+                           double alpha, bool need_a, bool need_b, const ChainedInput* chained) {
   OperandGrads out;
   c10::SymInt rows = 1;  // M: a's leading dimensions flattened (no -1: K or N may be 0)
   for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);
@@ -201,12 +198,7 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
     // gradient laid out like the weight, which AccumulateGrad then keeps
     // as it is instead of copying it into the weight's strides.
     const at::Tensor a_2d = pad_to(a.reshape_symint({rows, k}), rows, k_run);
-    const bool transposed = b.sym_stride(0) == 1 && b.sym_stride(1) != 1;
-    if (bias_with_b.has_value() && !padded) {
-      auto [grad_b, grad_bias] = op::weight_bias_grad().call(grad_pre_2d, a_2d, bias_with_b, transposed);
-      out.b = transposed ? grad_b.t() : grad_b;
-      out.bias = std::move(grad_bias);
-    } else if (transposed) {
+    if (b.sym_stride(0) == 1 && b.sym_stride(1) != 1) {
       const at::Tensor grad_bt = grad_pre_2d.t().mm(a_2d);  // [n_run, k_run]
       out.b = grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k).t();
     } else {
@@ -215,7 +207,6 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
     }
     if (alpha != 1.0) out.b = out.b * alpha;
   }
-  if (bias_with_b.has_value() && !out.bias.defined()) out.bias = sum_bias_grad(grad_pre, *bias_with_b);
   return out;
 }
 
@@ -287,24 +278,16 @@ variable_list layer_backward(AutogradContext* ctx, const variable_list& saved_va
     saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), kIdentity, alpha,
                                       beta, 0.0, false));
   }
-  // The identity's bias gradient is gY summed over rows: with dB wanted, it
-  // comes from dB's GEMM (operand_grads) instead of a pass over gY of its
-  // own; on plain tensors (torch.compile fuses its own sums).
-  const bool bias_with_b = need_bias && need_b && alpha == 1.0 && grad_y.defined() && !grad_z.defined() &&
-                           parse_activation(activation) == Activation::None && plain(grad_y) &&
-                           per_column(bias, b.sym_size(1));
   auto [grad_pre, grad_bias] =
-      preact_grad(grad_y, grad_z, saved, need_bias && !bias_with_b ? if_defined(bias) : std::nullopt,
-                  activation, negative_slope, z_feeds_chain);
+      preact_grad(grad_y, grad_z, saved, need_bias ? if_defined(bias) : std::nullopt, activation,
+                  negative_slope, z_feeds_chain);
   grad_y.reset();
   grad_z.reset();
   saved.reset();
 
   variable_list out(places.num_args);  // one per forward argument; undefined: no gradient
   if (!grad_pre.defined()) return out;  // neither output received a gradient
-  OperandGrads operands = operand_grads(grad_pre, a, b, alpha, need_a, need_b, chained,
-                                        bias_with_b ? if_defined(bias) : std::nullopt);
-  if (bias_with_b) grad_bias = std::move(operands.bias);
+  OperandGrads operands = operand_grads(grad_pre, a, b, alpha, need_a, need_b, chained);
   if (need_a) out[places.a_pos] = std::move(operands.a);
   out[places.b_pos] = std::move(operands.b);
   if (chained != nullptr && chained->need_a_bias) out[places.a_bias_pos] = std::move(operands.a_bias);

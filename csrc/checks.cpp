@@ -257,19 +257,6 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
   return prepare_backward_pass(grad_y, saved, bias, activation, negative_slope, /*with_grad_z=*/true);
 }
 
-void check_weight_bias_grad(const at::Tensor& grad, const at::Tensor& a,
-                            const std::optional<at::Tensor>& bias) {
-  check_floating(grad, "grad");
-  check_like(a, grad, "a", "grad");
-  TORCH_CHECK_VALUE(grad.dim() == 2 && a.dim() == 2 && a.size(0) == grad.size(0),
-                    "weight_bias_grad: expected grad [M, N] and a [M, K] (2-D, one M), got grad ",
-                    shape_str(grad.sizes()), " and a ", shape_str(a.sizes()));
-  if (bias.has_value()) {
-    check_like(*bias, grad, "bias", "grad");
-    classify_bias(bias->sizes(), grad.sizes());  // a ValueError where it cannot broadcast
-  }
-}
-
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias) {
   return prepare_backward_pass(grad, grad, bias, activation_name(Activation::None), 0.0,
                                /*with_grad_z=*/false);

@@ -66,17 +66,6 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
 // params.grad_z null): the backward pass of the identity, reducing only.
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias);
 
-// Validates weight_bias_grad's inputs: grad [M, N] and a [M, K] of one
-// floating dtype and device, bias (if any) broadcasting against grad.
-void check_weight_bias_grad(const at::Tensor& grad, const at::Tensor& a,
-                            const std::optional<at::Tensor>& bias);
-
-// weight_bias_grad as two operations, on any backend: the GEMM, then
-// bias_grad's sum of grad (inputs checked by the caller).
-std::tuple<at::Tensor, at::Tensor> weight_bias_grad_unfused(const at::Tensor& grad, const at::Tensor& a,
-                                                            const std::optional<at::Tensor>& bias,
-                                                            bool transposed);
-
 // (dZ, dbias), dbias empty without a bias.
 std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args);
 

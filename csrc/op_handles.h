@@ -22,8 +22,6 @@ using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
 using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
 using BiasGradSignature = at::Tensor(const at::Tensor&, const at::Tensor&);
-using WeightBiasGradSignature = std::tuple<at::Tensor, at::Tensor>(
-    const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, bool);
 using GluSignature = at::Tensor(const at::Tensor&, c10::string_view, double);
 using GluBackwardSignature = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view,
                                         double);
@@ -53,10 +51,6 @@ inline const c10::TypedOperatorHandle<ActivationBackwardSignature>& activation_b
 }
 inline const c10::TypedOperatorHandle<BiasGradSignature>& bias_grad() {
   static const auto h = find<BiasGradSignature>("gemm_act::bias_grad");
-  return h;
-}
-inline const c10::TypedOperatorHandle<WeightBiasGradSignature>& weight_bias_grad() {
-  static const auto h = find<WeightBiasGradSignature>("gemm_act::weight_bias_grad");
   return h;
 }
 inline const c10::TypedOperatorHandle<GemmDactSignature>& gemm_dact() {

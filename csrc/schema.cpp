@@ -1,6 +1,6 @@
 // The operators' schema, declared once. Each backend registers its
 // implementation in a file of its own: cpu/register_cpu.cpp,
-// cuda/register_cuda.cpp, chained.cpp, gated.cpp, weight_grad.cpp, autocast.cpp, autograd.cpp,
+// cuda/register_cuda.cpp, chained.cpp, gated.cpp, autocast.cpp, autograd.cpp,
 // gated_autograd.cpp; the fake (meta) kernels are Python
 // (torch_gemm_act/ops.py).
 #include <torch/library.h>
@@ -19,12 +19,6 @@ TORCH_LIBRARY(gemm_act, m) {
   // grad summed to bias's shape (bias broadcasts against grad as against
   // gemm_act's output): a bias's gradient where dZ needs no pass.
   m.def("bias_grad(Tensor grad, Tensor bias) -> Tensor");
-  // A layer's weight and bias gradients from dZ (grad [M, N]) and its input
-  // a [M, K]: (a^T grad [K, N], or with `transposed` its transpose grad^T a
-  // [N, K]; grad summed to bias's shape, empty without a bias), in one GEMM
-  // whose epilogue reduces the bias where a backend has one. Not itself
-  // differentiable.
-  m.def("weight_bias_grad(Tensor grad, Tensor a, Tensor? bias, bool transposed) -> (Tensor, Tensor)");
   // act'(saved) * (alpha * grad @ b): the gradient of a GEMM's input a =
   // act(Z) with respect to Z, in one GEMM where a backend fuses it (saved is
   // Y or Z as the activation's table row says); with a bias, also that

@@ -55,19 +55,6 @@ def _bias_grad_fake(grad, bias):
     return grad.new_empty(bias.shape)
 
 
-weight_bias_grad_op = torch.ops.gemm_act.weight_bias_grad.default
-
-
-@torch.library.register_fake("gemm_act::weight_bias_grad")
-def _weight_bias_grad_fake(grad, a, bias, transposed):
-    torch._check(grad.dim() == 2 and a.dim() == 2 and a.shape[0] == grad.shape[0],
-                 lambda: f"weight_bias_grad: expected grad [M, N] and a [M, K] (2-D, one M), got grad "
-                         f"{tuple(grad.shape)} and a {tuple(a.shape)}")
-    n, k = grad.shape[1], a.shape[1]
-    grad_b = grad.new_empty((n, k) if transposed else (k, n))
-    return grad_b, (grad.new_empty(bias.shape) if bias is not None else grad.new_empty(0))
-
-
 glu_op = torch.ops.gemm_act.glu.default
 gemm_glu_op = torch.ops.gemm_act.gemm_glu.default
 

@@ -37,7 +37,6 @@
 #include "cuda/common/device_support.h"
 #include "cuda/common/nvtx_range.h"
 #include "cuda/cuda_backends.h"
-#include "cuda/library/cublaslt_weight_grad.h"
 #include "cuda/library/library_backend.h"
 #include "cuda/simt/simt_backend.h"
 #include "dact_unfused.h"
@@ -134,23 +133,6 @@ at::Tensor gemm_dact_cuda(const GemmActArgs& args, bool column_sums) {
   return gemm_dact_unfused<activation_backward_cuda>(args, column_sums);
 }
 
-// weight_bias_grad: the GEMM and the bias's sum in one cuBLASLt matmul
-// (its BGRADA / BGRADB epilogue) where it takes the case, else the GEMM
-// and bias_grad.
-std::tuple<at::Tensor, at::Tensor> weight_bias_grad_cuda(const at::Tensor& grad, const at::Tensor& a,
-                                                         const std::optional<at::Tensor>& bias,
-                                                         bool transposed) {
-  check_weight_bias_grad(grad, a, bias);
-  const c10::cuda::CUDAGuard device_guard(grad.device());
-  check_device_supported(grad.get_device());
-  at::Tensor grad_b, grad_bias;
-  if (bias.has_value() &&
-      library::try_cublaslt_weight_bias_grad(grad, a, *bias, transposed, grad_b, grad_bias)) {
-    return {grad_b, grad_bias};
-  }
-  return weight_bias_grad_unfused(grad, a, bias, transposed);
-}
-
 void activation_backward_checked(const ActivationBackwardArgs& args) {
   check_device_supported(args.grad_y.get_device());
   activation_backward_cuda(args);
@@ -192,7 +174,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
          &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
-  m.impl("weight_bias_grad", &gemm_act::weight_bias_grad_cuda);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
   m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_checked<gemm_act::glu_forward_cuda>>);
   m.impl("glu_backward",

@@ -1,5 +1,4 @@
-// What the cuBLASLt calls share: their descriptor objects, and the
-// algorithms cuBLASLt's heuristic chose for recent calls. The query
+// The algorithms cuBLASLt's heuristic chose for recent calls. The query
 // costs the host several microseconds each call, more than a small GEMM
 // takes on the GPU, and a training or inference loop asks the same
 // question step after step. A call is described by every value the query
@@ -18,36 +17,6 @@
 
 namespace gemm_act {
 namespace library {
-
-// The largest power of two up to 256 that divides the address, which
-// cuBLASLt's heuristic must know (it otherwise assumes 256 and may choose an
-// algorithm the pointer cannot serve).
-inline uint32_t alignment_bytes(const void* ptr) {
-  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
-  uint32_t align = 256;
-  while (align > 1 && address % align != 0) align /= 2;
-  return align;
-}
-
-// RAII for one matmul's descriptor objects, destroyed whatever path returns.
-struct LtObjects {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtObjects() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
-template <class T>
-bool set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
-}
 
 struct AlgoKey {
   std::array<int64_t, 24> fields{};  // unused fields stay zero

@@ -99,11 +99,40 @@ std::optional<LtCase> match(const GemmActArgs& args) {
   return lt;
 }
 
+// RAII for the descriptor objects, destroyed whatever path returns.
+struct LtObjects {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtObjects() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// The largest power of two up to 256 that divides the address, which
+// cuBLASLt's heuristic must know (it otherwise assumes 256 and may choose an
+// algorithm the pointer cannot serve).
+uint32_t alignment_bytes(const void* ptr) {
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
 AlgoCache& algo_cache() {
   static AlgoCache cache;
   return cache;
 }
 
+template <class T>
+bool set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+}
 
 }  // namespace
 
@@ -128,15 +157,15 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   const cudaDataType_t scale_type = CUDA_R_32F;
   if (cublasLtMatmulDescCreate(&o.desc, lt->compute, scale_type) != CUBLAS_STATUS_SUCCESS) return false;
   // D = op(b) op(a): b's view comes first.
-  bool ok = set_attribute(o.desc, CUBLASLT_MATMUL_DESC_TRANSA, lt->b.op) &&
-            set_attribute(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt->a.op) &&
-            set_attribute(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt->epilogue);
-  if (ok && p.bias_kind == BiasKind::PerColumn) ok = set_attribute(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  bool ok = set(o.desc, CUBLASLT_MATMUL_DESC_TRANSA, lt->b.op) &&
+            set(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt->a.op) &&
+            set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt->epilogue);
+  if (ok && p.bias_kind == BiasKind::PerColumn) ok = set(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   // The aux matrix only for GELU_AUX (set with another epilogue, cuBLASLt
   // wrote into it: NaN rows in Z).
   if (ok && lt->gelu_aux) {
-    ok = set_attribute(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.z) &&
-         set_attribute(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.n));
+    ok = set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.z) &&
+         set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.n));
   }
   const int64_t ldc = p.c != nullptr ? (p.m == 1 ? p.n : p.c_stride_m) : p.n;
   ok = ok &&
