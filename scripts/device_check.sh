@@ -8,8 +8,9 @@
 # the CPU machine instead and carried along in build/:
 #   python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
 # setup.py reuses each object whose inputs are unchanged.
-# Measurement steps (not run unless named): models (bench/models.py), and
-# the lab's sweep, clock, mmkernels, ncu, hotspots.
+# Measurement steps (not run unless named): models (bench/models.py;
+# MODELS_ARGS, e.g. "--rounds 3"), host (the lab's host-time diagnostics),
+# and the lab's sweep, clock, mmkernels, ncu, hotspots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -119,6 +120,12 @@ fi
 
 if want models; then
 step "model-level benchmark"
-python3 bench/models.py --out "$OUT" 2>&1 | tee "$OUT/models.log" | tail -25
+python3 bench/models.py --out "$OUT" ${MODELS_ARGS:-} 2>&1 | tee "$OUT/models.log" | tail -25
+fi
+
+if want host; then
+step "host time against GPU time per model step, and per call of one block (HOST_CASE='${HOST_CASE:-gpt2_small_mlp}')"
+python3 lab/diag/step_host_time.py 2>&1 | tee "$OUT/step_host_time.log"
+python3 lab/diag/layer_host_time.py --case "${HOST_CASE:-gpt2_small_mlp}" 2>&1 | tee "$OUT/layer_host_time.log"
 fi
 exit $status
