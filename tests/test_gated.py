@@ -276,6 +276,36 @@ def test_fuse_linear_act_fuses_a_packed_gated_mlp(device, act, gate_last, bias, 
     _assert_same_step(eager, fused, torch.randn(2, 9, 16, device=device))
 
 
+def _backward_nodes(t):
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return [node.name() for node in seen]
+
+
+@pytest.mark.parametrize("gate_index", [0, 1])
+def test_packed_glu_weight_gradient_comes_from_one_split(gate_index, device):
+    """The halves are one split of each parameter: its backward writes the
+    packed gradient once (no zero-filled gradient per slice, then a sum),
+    the gradient of the unfused formula."""
+    module = tga.LinearPackedGlu(16, 24, gate_index=gate_index).to(device)
+    x = torch.randn(5, 16, device=device)
+    (y,) = [t for t in module(x).chunk(2, dim=-1) if isinstance(t, torch.Tensor)]
+    names = _backward_nodes(y)
+    assert "SliceBackward0" not in names and names.count("SplitBackward0") == 2, names
+    y.sum().backward()
+    w, b = (p.detach().clone().requires_grad_() for p in (module.weight, module.bias))
+    first, second = F.linear(x, w, b).chunk(2, dim=-1)
+    gate, up = (first, second) if gate_index == 0 else (second, first)
+    (F.silu(gate) * up).sum().backward()
+    torch.testing.assert_close(module.weight.grad, w.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(module.bias.grad, b.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_fuse_leaves_a_packed_mlp_whose_half_is_used_elsewhere():
     eager = _PackedGlu(half_used_elsewhere=True)
     fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)

@@ -343,8 +343,10 @@ class LinearPackedGlu(nn.Module):
         return _share_parameters(module, linear)
 
     def _halves(self, t):
-        n = t.shape[0] // 2
-        first, second = t[:n], t[n:]
+        # One split, not two slices: its backward writes the parameter's
+        # gradient once (a cat of the halves'), where each slice's would
+        # write a zero-filled full-size gradient, then both be added.
+        first, second = t.split(t.shape[0] // 2)
         return (first, second) if self.gate_index == 0 else (second, first)
 
     def forward(self, x):
