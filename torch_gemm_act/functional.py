@@ -26,11 +26,16 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
         y, z = _C.gemm_act(a, b, bias, c, activation, float(alpha), float(beta),
                            float(negative_slope), store_preact)
     else:
-        if type(a).__name__ == "DTensor" or type(b).__name__ == "DTensor":
+        if _is_dtensor(a) or _is_dtensor(b):
             from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
         y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
                                float(negative_slope), store_preact)
     return (y, z) if return_preact else y
+
+
+def _is_dtensor(t):
+    # By name: torch.distributed may be absent from a build.
+    return type(t).__name__ == "DTensor"
 
 
 def _direct_call(a, b, activation):
@@ -154,7 +159,7 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     side by side ([..., 2N]).
     """
     gate = gate_activation(activation)
-    if torch.compiler.is_compiling() or type(a).__name__ == "DTensor" or type(b_gate).__name__ == "DTensor":
+    if torch.compiler.is_compiling() or _is_dtensor(a) or _is_dtensor(b_gate):
         # Until the gated operator has a fused kernel it is the two GEMMs and
         # one pass that Inductor builds itself (the Llama MLP compiled
         # through it: 1.024 / 1.014 x compiled eager in inference / training,

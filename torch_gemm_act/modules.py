@@ -7,7 +7,7 @@ from torch import nn
 
 from .activations import GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin
 from .chain import chained_gemm
-from .functional import SWIGLU, gated_linear_act, gemm_act, host_bound
+from .functional import SWIGLU, _is_dtensor, gated_linear_act, gemm_act, host_bound
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -31,10 +31,6 @@ def _check_linear(linear):
     # Sharing a fused module's parameters would drop what it fuses.
     if not isinstance(linear, nn.Linear) or isinstance(linear, _Fused):
         raise TypeError(f"from_linear expects a plain nn.Linear (not a fused module), got {type(linear).__name__}")
-
-
-def _is_dtensor(t):
-    return type(t).__name__ == "DTensor"
 
 
 def _share_parameters(module, linear):
