@@ -20,6 +20,7 @@
 #include "activations.h"
 #include "gemm_act.h"
 #include "checks.h"
+#include "needs_autograd.h"
 #include "once_differentiable.h"
 #include "op_handles.h"
 
@@ -376,6 +377,10 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_autograd(const at::Tensor& a, const 
                                                      c10::string_view activation, double alpha,
                                                      double beta, double negative_slope,
                                                      bool store_preact) {
+  if (!needs_autograd({&a, &b, present(bias), present(c)})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
+  }
   const variable_list out =
       GemmActFunction::apply(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
   return {out[0], out[1]};
@@ -387,6 +392,11 @@ std::tuple<at::Tensor, at::Tensor> gemm_act_chained_autograd(
     const at::Tensor& b, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
     c10::string_view activation, double alpha, double beta, double negative_slope, bool store_preact,
     bool z_feeds_chain) {
+  if (!needs_autograd({&a, present(a_preact), present(a_bias), &b, present(bias), present(c)})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op::gemm_act_chained().call(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c,
+                                       activation, alpha, beta, negative_slope, store_preact, z_feeds_chain);
+  }
   const variable_list out = GemmActChainedFunction::apply(
       a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, beta,
       negative_slope, store_preact, z_feeds_chain);

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <utility>
 
+#include "needs_autograd.h"
 #include "once_differentiable.h"
 #include "op_handles.h"
 
@@ -106,12 +107,7 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_autograd(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     c10::string_view activation, double negative_slope, bool store_preact) {
-  const auto requires_grad = [](const std::optional<at::Tensor>& t) {
-    return t.has_value() && t->requires_grad();
-  };
-  if (!at::GradMode::is_enabled() ||
-      !(a.requires_grad() || b_gate.requires_grad() || b_up.requires_grad() ||
-        requires_grad(bias_gate) || requires_grad(bias_up))) {
+  if (!needs_autograd({&a, &b_gate, &b_up, present(bias_gate), present(bias_up)})) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return op::gemm_glu().call(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope,
                                store_preact);

@@ -176,6 +176,37 @@ def test_double_backward_raises(device):
         torch.autograd.grad(gx.sum(), w)
 
 
+@pytest.mark.parametrize("op", ["gemm_act", "gemm_act_chained", "gemm_glu"])
+def test_forward_mode_ad_raises(op, device):
+    """No operator has a forward-mode derivative: a tangent on an input is
+    an error, whatever grad mode says, never a result without its tangent."""
+    import torch.autograd.forward_ad as fwAD
+    a, b = torch.randn(4, 6, device=device), torch.randn(6, 3, device=device)
+    calls = {
+        "gemm_act": lambda x: tga.gemm_act(x, b, activation="gelu"),
+        "gemm_act_chained": lambda x: tga.ops.gemm_act_chained_op(x, None, None, "none", 0.0, b, None, None,
+                                                                  "gelu", 1.0, 0.0, 0.01, False, False),
+        "gemm_glu": lambda x: tga.gemm_glu(x, b, b),
+    }
+    with torch.no_grad(), fwAD.dual_level():
+        dual = fwAD.make_dual(a, torch.randn_like(a))
+        with pytest.raises(RuntimeError, match="jvp is not implemented"):
+            calls[op](dual)
+
+
+def test_no_autograd_node_without_a_backward(device):
+    """Under no_grad, or with no input requiring grad, the operators return
+    plain results (no grad_fn), as ATen's do."""
+    a = torch.randn(5, 6, device=device, requires_grad=True)
+    w = torch.randn(4, 6, device=device)
+    with torch.no_grad():
+        y, z = tga.gemm_act(a, w.t(), activation="gelu", return_preact=True)
+    assert y.grad_fn is None and not y.requires_grad and z.grad_fn is None
+    y = tga.linear_act(a.detach(), w, None, "gelu")
+    assert y.grad_fn is None and not y.requires_grad
+    torch.testing.assert_close(y, torch.nn.functional.gelu(a.detach() @ w.t()), rtol=1e-5, atol=1e-5)
+
+
 def test_only_needed_gradients(device):
     a = torch.randn(5, 6, device=device)
     w = torch.randn(4, 6, device=device, requires_grad=True)

@@ -1,0 +1,29 @@
+// Whether an operator call must go through its autograd function, for the
+// Autograd kernels (autograd.cpp, gated_autograd.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+
+#include <initializer_list>
+#include <optional>
+
+namespace gemm_act {
+
+// Whether a call needs the autograd function: grad mode on and a tensor
+// argument that requires grad, or a forward-mode tangent on one (which the
+// function rejects: no jvp). Without either the operator runs below
+// autograd directly, as ATen's own autograd kernels do, instead of building
+// a node and wrapping outputs that no backward would use.
+inline bool needs_autograd(std::initializer_list<const at::Tensor*> tensors) {
+  const bool grad_mode = at::GradMode::is_enabled();
+  for (const at::Tensor* t : tensors) {
+    if (t == nullptr || !t->defined()) continue;
+    if ((grad_mode && t->requires_grad()) || t->_fw_grad(/*level=*/0).defined()) return true;
+  }
+  return false;
+}
+
+inline const at::Tensor* present(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
+
+}  // namespace gemm_act
