@@ -130,7 +130,7 @@ PyObject* testing_overrides(PyObject*, PyObject*) {
 }
 
 // gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
-// store_preact) -> (Y, Z): the operator through the dispatcher, as
+// store_preact[, b_is_weight]) -> (Y, Z): the operator through the dispatcher, as
 // torch.ops.gemm_act.gemm_act calls it (autograd, modes, subclasses all
 // apply), without matching Python arguments against its schema, which cost
 // more host time than the rest of a small forward. The Python side takes
@@ -142,16 +142,22 @@ std::optional<at::Tensor> tensor_or_none(PyObject* obj, const char* op, const ch
   return THPVariable_Unpack(obj);
 }
 
+// The operand b: with b_is_weight, b given as an nn.Linear weight [N, K],
+// transposed here (weight.t(), the view F.linear takes): in C++ the view
+// costs the host a fraction of what Python's .t() does.
+at::Tensor as_b(const at::Tensor& b, bool b_is_weight) { return b_is_weight ? b.t() : b; }
+
 PyObject* gemm_act_call(PyObject*, PyObject* args) {
   HANDLE_TH_ERRORS
   PyObject *a = nullptr, *b = nullptr, *bias = nullptr, *c = nullptr;
   const char* activation = nullptr;
   Py_ssize_t activation_len = 0;
   double alpha = 1.0, beta = 0.0, negative_slope = 0.01;
-  int store_preact = 0;
-  if (!PyArg_ParseTuple(args, "O!O!OOs#dddp", reinterpret_cast<PyTypeObject*>(THPVariableClass), &a,
+  int store_preact = 0, b_is_weight = 0;
+  if (!PyArg_ParseTuple(args, "O!O!OOs#dddp|p", reinterpret_cast<PyTypeObject*>(THPVariableClass), &a,
                         reinterpret_cast<PyTypeObject*>(THPVariableClass), &b, &bias, &c,
-                        &activation, &activation_len, &alpha, &beta, &negative_slope, &store_preact)) {
+                        &activation, &activation_len, &alpha, &beta, &negative_slope, &store_preact,
+                        &b_is_weight)) {
     return nullptr;
   }
   const std::optional<at::Tensor> tbias = tensor_or_none(bias, "gemm_act", "bias");
@@ -161,7 +167,7 @@ PyObject* gemm_act_call(PyObject*, PyObject* args) {
     // As ATen's Python bindings do (a Python kernel on the way, of a mode
     // or a subclass, takes the GIL back).
     pybind11::gil_scoped_release no_gil;
-    out = op::gemm_act().call(THPVariable_Unpack(a), THPVariable_Unpack(b), tbias, tc,
+    out = op::gemm_act().call(THPVariable_Unpack(a), as_b(THPVariable_Unpack(b), b_is_weight != 0), tbias, tc,
                               c10::string_view(activation, activation_len), alpha, beta,
                               negative_slope, store_preact != 0);
   }
@@ -179,11 +185,12 @@ PyObject* gemm_act_chained_call(PyObject*, PyObject* args) {
   const char *a_activation = nullptr, *activation = nullptr;
   Py_ssize_t a_activation_len = 0, activation_len = 0;
   double a_negative_slope = 0.0, alpha = 1.0, beta = 0.0, negative_slope = 0.01;
-  int store_preact = 0, z_feeds_chain = 0;
+  int store_preact = 0, z_feeds_chain = 0, b_is_weight = 0;
   const auto tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
-  if (!PyArg_ParseTuple(args, "O!OOs#dO!OOs#dddpp", tensor_type, &a, &a_preact, &a_bias, &a_activation,
+  if (!PyArg_ParseTuple(args, "O!OOs#dO!OOs#dddpp|p", tensor_type, &a, &a_preact, &a_bias, &a_activation,
                         &a_activation_len, &a_negative_slope, tensor_type, &b, &bias, &c, &activation,
-                        &activation_len, &alpha, &beta, &negative_slope, &store_preact, &z_feeds_chain)) {
+                        &activation_len, &alpha, &beta, &negative_slope, &store_preact, &z_feeds_chain,
+                        &b_is_weight)) {
     return nullptr;
   }
   const char* op_name = "gemm_act_chained";
@@ -196,7 +203,7 @@ PyObject* gemm_act_chained_call(PyObject*, PyObject* args) {
     pybind11::gil_scoped_release no_gil;
     out = op::gemm_act_chained().call(THPVariable_Unpack(a), ta_preact, ta_bias,
                                       c10::string_view(a_activation, a_activation_len), a_negative_slope,
-                                      THPVariable_Unpack(b), tbias, tc,
+                                      as_b(THPVariable_Unpack(b), b_is_weight != 0), tbias, tc,
                                       c10::string_view(activation, activation_len), alpha, beta,
                                       negative_slope, store_preact != 0, z_feeds_chain != 0);
   }
@@ -217,10 +224,10 @@ PyMethodDef kMethods[] = {
     {"testing_overrides", testing_overrides, METH_NOARGS,
      "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)"},
     {"gemm_act", gemm_act_call, METH_VARARGS,
-     "gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact) -> (Y, Z)"},
+     "gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact[, b_is_weight]) -> (Y, Z)"},
     {"gemm_act_chained", gemm_act_chained_call, METH_VARARGS,
      "gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, "
-     "beta, negative_slope, store_preact, z_feeds_chain) -> (Y, Z)"},
+     "beta, negative_slope, store_preact, z_feeds_chain[, b_is_weight]) -> (Y, Z)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

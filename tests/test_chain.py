@@ -312,6 +312,30 @@ def test_direct_chained_call_matches_torch_ops(device):
                                 False)
 
 
+def test_direct_calls_take_a_weight(device):
+    """The direct entries given a weight [N, K] with b_is_weight compute what
+    they compute given weight.t(): the same outputs and gradients, the
+    weight's gradient laid out as the weight."""
+    x = torch.randn(9, 16, device=device, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 16, device=device, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(12, device=device, dtype=torch.float64, requires_grad=True)
+    calls = {
+        "gemm_act": lambda b, flag: tga._C.gemm_act(x, b, bias, None, "gelu", 1.0, 0.0, 0.01, True, *flag),
+        "gemm_act_chained": lambda b, flag: tga._C.gemm_act_chained(x, None, None, "none", 0.0, b, bias, None,
+                                                                    "gelu", 1.0, 0.0, 0.01, True, False, *flag),
+    }
+    for name, call in calls.items():
+        by_weight, by_view = call(w, (True,)), call(w.t(), ())
+        for got, expected in zip(by_weight, by_view):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=name)
+        grads = [torch.autograd.grad(out[0].sum(), (x, w, bias)) for out in (by_weight, by_view)]
+        for got, expected in zip(*grads):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=name)
+        assert grads[0][1].stride() == w.stride()
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        tga._C.gemm_act(x, w.t().contiguous(), None, None, "gelu", 1.0, 0.0, 0.01, False, True)
+
+
 @requires_cuda
 def test_bias_grad_counters_are_reused_across_launches_cuda():
     """The sums across blocks count arrivals in counters each launch leaves

@@ -27,7 +27,8 @@ import torch
 
 from . import _C, ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
-from .functional import _PLAIN, _direct_call, _needs_grad, _stores_preact, gemm_act, host_bound
+from .functional import (_PLAIN, _direct_call, _gemm_act_of_weight, _needs_grad, _stores_preact, gemm_act,
+                         host_bound)
 
 
 class ChainLink:
@@ -110,30 +111,41 @@ def chains(x, activation):
             and _fused_dact_on(x.device))
 
 
-def chain_pays(x, b, bias, activation, any_size=False):
+def chain_pays(x, b, bias, activation, any_size=False, b_is_weight=False):
     """Whether a layer on a chain should publish its Z for the next: in
     training, on plain tensors, where it chains (``chains``) and, unless
     ``any_size``, where the layer is not host-bound (``host_bound``: the
     chained operator's extra arguments and the stored Z1 would only add to
-    its host time)."""
+    its host time). ``b_is_weight``: b is given as a weight [N, K]."""
     if not _differentiated(x, b, bias) or not chains(x, activation):
         return False
-    return any_size or not host_bound(x, b.shape[1])
+    return any_size or not host_bound(x, b.shape[0] if b_is_weight else b.shape[1])
 
 
-def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False):
+def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False,
+                 b_is_weight=False):
     """act(x @ b + bias) for a layer on a chain: taking the layer before's Z
     (and bias) from ``link_in`` when x is its output, publishing its own on
-    ``link_out`` where that pays (chain_pays)."""
+    ``link_out`` where that pays (chain_pays). With ``b_is_weight``, b is a
+    module's weight [N, K] and the GEMM's operand its transpose, taken in
+    C++ on the direct path (functional._gemm_act_of_weight)."""
     source = link_in.take(x) if link_in is not None else None
-    publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, activation, any_size)
+    publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, activation, any_size,
+                                                                       b_is_weight)
     if source is None and not publish:
+        if b_is_weight:
+            return _gemm_act_of_weight(x, b, bias, activation, negative_slope)
         return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
     x_preact, x_bias, x_activation, x_slope = source if source is not None else (None, None, IDENTITY, 0.0)
     store = publish or _stores_preact(x, b, bias, None, activation, False)
-    call = _C.gemm_act_chained if _direct_call(x, b, activation) else ops.gemm_act_chained_op
-    y, z = call(x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None, activation, 1.0, 0.0,
-                float(negative_slope), store, publish)
+    args = (x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None, activation, 1.0, 0.0,
+            float(negative_slope), store, publish)
+    if _direct_call(x, b, activation):
+        y, z = _C.gemm_act_chained(*args, b_is_weight)
+    else:
+        if b_is_weight:
+            args = args[:5] + (b.t(),) + args[6:]
+        y, z = ops.gemm_act_chained_op(*args)
     if publish:
         link_out.put(y, z, bias, activation, negative_slope)
     return y

@@ -38,6 +38,16 @@ def _is_dtensor(t):
     return type(t).__name__ == "DTensor"
 
 
+def _gemm_act_of_weight(x, weight, bias, activation, negative_slope):
+    """``gemm_act(x, weight.t(), bias, ...)`` for a module's weight [N, K]:
+    on the direct path the transpose is taken in C++, where the view costs
+    the host a fraction of what Python's ``.t()`` does."""
+    if not _direct_call(x, weight, activation):
+        return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
+    store_preact = _stores_preact(x, weight, bias, None, activation, False)
+    return _C.gemm_act(x, weight, bias, None, activation, 1.0, 0.0, float(negative_slope), store_preact, True)[0]
+
+
 def _direct_call(a, b, activation):
     """Whether an operator can be called through its direct _C entry (no
     torch.ops argument matching): on plain tensors, outside torch.compile

@@ -7,7 +7,7 @@ from torch import nn
 
 from .activations import GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin
 from .chain import chained_gemm
-from .functional import SWIGLU, _is_dtensor, gated_linear_act, gemm_act, host_bound
+from .functional import SWIGLU, _gemm_act_of_weight, _is_dtensor, gated_linear_act, gemm_act, host_bound
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -70,11 +70,15 @@ class _WithActivation(_Fused):
     def _activate(self, y):
         return y if self.activation == IDENTITY else shared_twin(self.activation, self.negative_slope)(y)
 
-    def _gemm(self, x, b, bias):
+    def _gemm(self, x, b, bias, b_is_weight=False):
+        """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight
+        [N, K] (its transpose taken where it costs least)."""
         if self._chain_in is None and self._chain_out is None:
+            if b_is_weight:
+                return _gemm_act_of_weight(x, b, bias, self.activation, self.negative_slope)
             return gemm_act(x, b, bias, activation=self.activation, negative_slope=self.negative_slope)
         return chained_gemm(x, b, bias, self.activation, self.negative_slope, self._chain_in,
-                            self._chain_out)
+                            self._chain_out, b_is_weight=b_is_weight)
 
     def _activation_repr(self):
         text = f"activation={self.activation!r}"
@@ -119,7 +123,7 @@ class LinearAct(_WithActivation, nn.Linear):
     def forward(self, x):
         if self._runs_unfused(x, self.out_features):
             return self._activate(nn.functional.linear(x, self.weight, self.bias))
-        return self._gemm(x, self.weight.t(), self.bias)
+        return self._gemm(x, self.weight, self.bias, b_is_weight=True)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

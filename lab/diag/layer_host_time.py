@@ -90,6 +90,8 @@ def main():
         ("_direct_call", lambda: functional._direct_call(x, w1t, act_name)),
         ("_C.gemm_act_chained (Z, publish)", lambda: tga._C.gemm_act_chained(
             x, None, None, "none", 0.0, w1t, b1, None, act_name, 1.0, 0.0, 0.01, True, True)),
+        ("_C.gemm_act_chained, weight given", lambda: tga._C.gemm_act_chained(
+            x, None, None, "none", 0.0, fc1.weight, b1, None, act_name, 1.0, 0.0, 0.01, True, True, True)),
         ("_C.gemm_act (Z), grad", lambda: tga._C.gemm_act(x, w1t, b1, None, act_name, 1.0, 0.0, 0.01, True)),
         ("torch.addmm, grad", lambda: torch.addmm(b1, x, w1t)),
     ]
