@@ -1,4 +1,5 @@
-// gemm_glu's forward for every backend without a fused kernel of its own:
+// gemm_glu's forward for every backend without a fused kernel of its own
+// (CUDA's, cuda/register_cuda.cpp, runs this where its kernel declines):
 // the two projections written side by side into one buffer H by ATen's GEMM
 // (cuBLAS on CUDA; no copy of either weight), then the gated activation's
 // pass (glu.h). Its autograd is gated_autograd.cpp.
@@ -9,10 +10,23 @@
 #include <tuple>
 #include <vector>
 
+#include "gated.h"
 #include "op_handles.h"
 
 namespace gemm_act {
 namespace {
+
+// out = a @ b (+ bias), out being a column block of H.
+void project(at::Tensor out, const at::Tensor& a, const at::Tensor& b,
+             const std::optional<at::Tensor>& bias) {
+  if (bias.has_value()) {
+    at::addmm_out(out, *bias, a, b);
+  } else {
+    at::mm_out(out, a, b);
+  }
+}
+
+}  // namespace
 
 void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
                     const std::optional<at::Tensor>& bias_gate,
@@ -41,17 +55,7 @@ void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Ten
                    "gemm_glu: operands must be floating point, got ", a.scalar_type());
 }
 
-// out = a @ b (+ bias), out being a column block of H.
-void project(at::Tensor out, const at::Tensor& a, const at::Tensor& b,
-             const std::optional<at::Tensor>& bias) {
-  if (bias.has_value()) {
-    at::addmm_out(out, *bias, a, b);
-  } else {
-    at::mm_out(out, a, b);
-  }
-}
-
-std::tuple<at::Tensor, at::Tensor> gemm_glu(const at::Tensor& a, const at::Tensor& b_gate,
+std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(const at::Tensor& a, const at::Tensor& b_gate,
                                             const at::Tensor& b_up,
                                             const std::optional<at::Tensor>& bias_gate,
                                             const std::optional<at::Tensor>& bias_up,
@@ -73,9 +77,8 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu(const at::Tensor& a, const at::Tenso
   return {y, h.view_symint(sizes)};
 }
 
-}  // namespace
 }  // namespace gemm_act
 
 TORCH_LIBRARY_IMPL(gemm_act, CompositeExplicitAutograd, m) {
-  m.impl("gemm_glu", &gemm_act::gemm_glu);
+  m.impl("gemm_glu", &gemm_act::gemm_glu_composite);
 }

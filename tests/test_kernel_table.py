@@ -45,9 +45,10 @@ def test_names_say_what_the_configuration_is(table):
         assert r.name.startswith(f"{r.schedule}_{r.tile[0]}x{r.tile[1]}")
         assert f"c{r.cluster[0]}x{r.cluster[1]}" in r.name
         assert ("_k2" in r.name) == (r.k_swizzle_rows == 2)
-        assert ("_noz" in r.name) == (not r.stores_z and r.op == "gemm_act")  # gemm_dact has no Z
+        assert ("_noz" in r.name) == (not r.stores_z and r.op == "gemm_act")  # gemm_dact and gemm_glu store no Z
         assert ("_s1" in r.name) == (r.store_stages == 1)
         assert ("_dact" in r.name) == (r.op == "gemm_dact")
+        assert ("_glu" in r.name) == (r.op == "gemm_glu")
 
 
 def test_generation_is_stable_and_removes_stale_units(table, tmp_path):

@@ -31,6 +31,8 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "activations.h"
 #include "checks.h"
@@ -40,6 +42,7 @@
 #include "cuda/library/library_backend.h"
 #include "cuda/simt/simt_backend.h"
 #include "dact_unfused.h"
+#include "gated.h"
 #include "glu_ops.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
@@ -133,6 +136,36 @@ at::Tensor gemm_dact_cuda(const GemmActArgs& args, bool column_sums) {
   return gemm_dact_unfused<activation_backward_cuda>(args, column_sums);
 }
 
+// gemm_glu: the sm90 family's fused kernel where the rule starts at sm90 and
+// it takes the case (no bias, the projections not kept: inference), else
+// the composite (gated.cpp).
+std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    c10::string_view activation, double negative_slope, bool store_preact) {
+#ifdef GEMM_ACT_WITH_SM90
+  check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
+  if (!store_preact && !bias_gate.has_value() && !bias_up.has_value() && a.numel() > 0 &&
+      std::string(first_backend()->name) == "sm90") {
+    const Activation act = parse_activation(activation);
+    check_negative_slope(act, negative_slope);
+    const c10::cuda::CUDAGuard device_guard(a.device());
+    check_device_supported(a.get_device());
+    const at::Tensor a_2d = a.reshape({-1, a.size(-1)});
+    std::vector<int64_t> sizes = a.sizes().vec();
+    sizes.back() = b_gate.size(1);
+    at::Tensor y = at::empty({a_2d.size(0), b_gate.size(1)}, a.options());
+    poison_if_requested(y);
+    if (sm90::try_gemm_glu(a_2d, b_gate, b_up, y, act, negative_slope,
+                           c10::cuda::getCurrentCUDAStream())) {
+      return {y.view(sizes), at::empty({0}, a.options())};
+    }
+  }
+#endif
+  return gemm_glu_composite(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope,
+                            store_preact);
+}
+
 void activation_backward_checked(const ActivationBackwardArgs& args) {
   check_device_supported(args.grad_y.get_device());
   activation_backward_cuda(args);
@@ -175,6 +208,7 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
+  m.impl("gemm_glu", &gemm_act::gemm_glu_cuda);
   m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_checked<gemm_act::glu_forward_cuda>>);
   m.impl("glu_backward",
          &gemm_act::glu_backward_impl<gemm_act::glu_checked<gemm_act::glu_backward_cuda>>);

@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -79,8 +80,8 @@ const char* dtype_name(Dtype dtype) {
 
 const char* layout_name(BLayout layout) { return layout == BLayout::KMajor ? "kmajor" : "nmajor"; }
 
-// Runs kernel (config, dtype, layout, act), of gemm_act or gemm_dact as the
-// configuration computes, if this build compiled it.
+// Runs kernel (config, dtype, layout, act), of the operator the
+// configuration computes (config_op), if this build compiled it.
 LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation act,
                     const LaunchArgs& la) {
   LaunchResult result{LaunchStatus::kUnknownConfig, cudaSuccess,
@@ -93,8 +94,11 @@ LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation
   }
 #define GEMM_ACT_SM90_GEMM_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_kernel)
 #define GEMM_ACT_SM90_DACT_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_dact_kernel)
+#define GEMM_ACT_SM90_GLU_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_glu_kernel)
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_GEMM_CASE)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_DACT_CASE)
+  GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_GLU_CASE)
+#undef GEMM_ACT_SM90_GLU_CASE
 #undef GEMM_ACT_SM90_DACT_CASE
 #undef GEMM_ACT_SM90_GEMM_CASE
 #undef GEMM_ACT_SM90_CASE
@@ -163,8 +167,9 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   choose_launch(p, dtype, layout, la);
   if (const std::optional<KernelConfig> forced = forced_config()) {
     la.config = *forced;
-    TORCH_CHECK_VALUE(!computes_dact(la.config), "gemm_act: the forced sm90 kernel '",
-                      config_name(la.config), "' computes gemm_dact, not gemm_act");
+    TORCH_CHECK_VALUE(config_op(la.config) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
+                      config_name(la.config), "' computes ", op_name(config_op(la.config)),
+                      ", not gemm_act");
   }
 
   const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
@@ -312,7 +317,7 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   choose_launch(p, *dtype, *layout, la);  // the tile order; the configuration is gemm_dact's
   la.config = KernelConfig::cooperative_128x256_c1x2_dact;
   const std::optional<KernelConfig> forced = forced_config();
-  if (forced.has_value() && computes_dact(*forced)) la.config = *forced;
+  if (forced.has_value() && config_op(*forced) == KernelOp::GemmDact) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
   at::Tensor sums;
   if (column_sums != nullptr) {
@@ -335,14 +340,67 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   return true;
 }
 
+// Below this many rows the composite's GEMMs (cuBLAS, which streams the
+// weights at small M) run gemm_glu: the fused kernel's tiles are 128 rows.
+constexpr int64_t kMinGluRows = 256;
+
+bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+                  const at::Tensor& y, Activation activation, double negative_slope,
+                  cudaStream_t stream) {
+  if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2) return false;
+  const std::optional<Dtype> dtype = sm90_dtype(a.scalar_type());
+  const int device = a.get_device();
+  if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return false;
+  GemmActParams p;
+  p.m = a.size(0);
+  p.k = a.size(1);
+  p.n = 2 * b_gate.size(1);  // the GEMM's width: both weights' columns
+  p.a = a.const_data_ptr();
+  p.a_stride_m = a.stride(0);
+  p.a_stride_k = a.stride(1);
+  p.b = b_gate.const_data_ptr();
+  p.c = b_up.const_data_ptr();  // the up projection's weight, read by the mainloop
+  p.b_stride_k = 1;
+  p.b_stride_n = b_gate.stride(1);
+  p.y = y.data_ptr();
+  p.activation = activation;
+  p.negative_slope = negative_slope;
+  const int64_t align = 16 / element_bytes(*dtype);
+  // One rank-4 TMA descriptor reads both weights (sm90_glu_mainloop.cuh):
+  // each K-major with the same row stride, both 16-byte aligned, at a
+  // distance TMA can stride (a multiple of 16 bytes, nonzero, below 2^40).
+  const int64_t delta_bytes = std::llabs(static_cast<const char*>(p.c) - static_cast<const char*>(p.b));
+  const bool weights_fit = b_gate.stride(0) == 1 && b_up.stride(0) == 1 &&
+                           b_up.stride(1) == p.b_stride_n && p.b_stride_n % align == 0 &&
+                           p.b_stride_n >= p.k && aligned16(p.b) && aligned16(p.c) &&
+                           delta_bytes != 0 && delta_bytes % 16 == 0 && delta_bytes < (int64_t{1} << 40);
+  if (p.m <= 0 || p.k <= 0 || (p.n / 2) % 8 != 0 || !weights_fit || !a_fits_tma(p, align) ||
+      !y.is_contiguous() || !aligned16(p.y) || (p.m < kMinGluRows && !forced_here())) {
+    return false;
+  }
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  Workspace workspace{a.options().dtype(at::kByte), {}};
+  LaunchArgs la = launch_args(p, device, workspace, stream);
+  choose_launch(p, *dtype, BLayout::KMajor, la);  // the tile order; the configuration is gemm_glu's
+  la.config = KernelConfig::cooperative_128x256_c1x2_glu;
+  if (!is_compiled(la.config, *dtype, BLayout::KMajor)) return false;
+  const LaunchResult result = launch(la.config, *dtype, BLayout::KMajor, activation, la);
+  if (result.status == LaunchStatus::kNotImplementable) return false;
+  TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_glu: the sm90 kernel '",
+              config_name(la.config), "' failed at ", result.what, ": ",
+              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  return true;
+}
+
 std::vector<KernelInfo> compiled_kernels() {
   std::vector<KernelInfo> out;
 #define GEMM_ACT_SM90_INFO(C, D, L)                                                        \
   out.push_back({"sm90", config_name(KernelConfig::C), dtype_name(Dtype::D),               \
                  layout_name(BLayout::L), config_stores_z(KernelConfig::C),                \
-                 computes_dact(KernelConfig::C) ? "gemm_dact" : "gemm_act"});
+                 op_name(config_op(KernelConfig::C))});
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_INFO)
+  GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_INFO)
 #undef GEMM_ACT_SM90_INFO
   return out;
 }

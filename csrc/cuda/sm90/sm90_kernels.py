@@ -44,8 +44,10 @@ class Sm90Config:
     k_swizzle_rows: int = 1       # K per pipeline stage, in swizzle rows
     store_stages: int = 0         # buffers each for Y and Z; 0: CUTLASS's builder's choice
     stores_z: bool = True
-    # What the kernel computes: "gemm_act" (the forward) or "gemm_dact" (the
-    # input gradient through the layer before's activation, sm90_dact_kernel.cuh).
+    # What the kernel computes: "gemm_act" (the forward), "gemm_dact" (the
+    # input gradient through the layer before's activation,
+    # sm90_dact_kernel.cuh) or "gemm_glu" (a gated MLP's projections and
+    # gate, sm90_glu_kernel.cuh).
     op: str = "gemm_act"
     # How the kernel is put together: KernelAssembly<assembly> in `header`.
     assembly: int = 0
@@ -82,10 +84,17 @@ CONFIGS = (
     Sm90Config("cooperative_128x256_c1x2_dact", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_N, F16_N, BF16_K, F16_K), stores_z=False, op="gemm_dact",
                header="cuda/sm90/sm90_dact_kernel.cuh"),
+    # gemm_glu's fused forward (inference): the forward's default tile, both
+    # weights read K-major where they are (nn.Linear's), no Z.
+    Sm90Config("cooperative_128x256_c1x2_glu", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (BF16_K, F16_K), stores_z=False, op="gemm_glu",
+               header="cuda/sm90/sm90_glu_kernel.cuh"),
 )
 
-OPS = {"gemm_act": ("launch_kernel", "GEMM_ACT_SM90_FOR_EACH_KERNEL"),
-       "gemm_dact": ("launch_dact_kernel", "GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL")}
+# op: (its KernelOp enumerator, launcher, X-macro listing its kernels).
+OPS = {"gemm_act": ("GemmAct", "launch_kernel", "GEMM_ACT_SM90_FOR_EACH_KERNEL"),
+       "gemm_dact": ("GemmDact", "launch_dact_kernel", "GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL"),
+       "gemm_glu": ("GemmGlu", "launch_glu_kernel", "GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL")}
 
 GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not edit."
 
@@ -139,12 +148,14 @@ def table_header(rows):
         f"// X(configuration, Dtype, BLayout) for every compiled {op} kernel.\n#define {macro}(X)" +
         "".join(f" \\\n  X({r.name}, {DTYPES[d]}, {LAYOUTS[l]})" for r, d, l in kernels if r.op == op) +
         "\n"
-        for op, (_, macro) in OPS.items()]
+        for op, (_, _, macro) in OPS.items()]
+    ops = "\n".join(f"  {enumerator}," for enumerator, _, _ in OPS.values())
     parts = [
         f"// {GENERATED}",
         "#pragma once\n\n#include \"cuda/sm90/sm90_types.h\"\n",
         "namespace gemm_act {\nnamespace sm90 {\n",
         f"enum class KernelConfig : int {{\n{enumerators}\n}};\n",
+        f"// The operator a configuration's kernels compute.\nenum class KernelOp : int {{\n{ops}\n}};\n",
         f"constexpr int kNumKernelConfigs = {len(rows)};\n",
         "\n\n".join(_spec(r) for r in rows) + "\n",
         _switch("config_name", "const char*", rows, lambda r: f'"{r.name}"', '"?"') + "\n",
@@ -152,8 +163,10 @@ def table_header(rows):
                 lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kGeometry", "TileGeometry{}") + "\n",
         _switch("config_stores_z", "bool", rows,
                 lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kStoresZ", "false") + "\n",
-        _switch("computes_dact", "bool", rows,
-                lambda r: "true" if r.op == "gemm_dact" else "false", "false") + "\n",
+        _switch("config_op", "KernelOp", rows, lambda r: f"KernelOp::{OPS[r.op][0]}", "KernelOp::GemmAct") + "\n",
+        "constexpr const char* op_name(KernelOp op) {\n  switch (op) {\n" +
+        "".join(f'    case KernelOp::{e}:\n      return "{name}";\n' for name, (e, _, _) in OPS.items()) +
+        '  }\n  return "?";\n}\n',
         "// Whether configuration c is compiled for dtype d and B layout l.",
         f"constexpr bool is_compiled(KernelConfig c, Dtype d, BLayout l) {{\n  return {compiled};\n}}\n",
         *x_macros,
@@ -164,7 +177,7 @@ def table_header(rows):
 
 def kernel_unit(r, dtype, layout):
     spec = f"KernelConfig::{r.name}, Dtype::{DTYPES[dtype]}, BLayout::{LAYOUTS[layout]}"
-    launcher = OPS[r.op][0]
+    launcher = OPS[r.op][1]
     return f"""// {GENERATED}
 // {r.name} for {dtype} with a {layout} B: one kernel per activation. Compile
 // for sm_90a only (see sm90_kernel.cuh).

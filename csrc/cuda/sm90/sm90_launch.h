@@ -58,5 +58,12 @@ LaunchResult launch_kernel(const LaunchArgs& la);
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_dact_kernel(const LaunchArgs& la);
 
+// One gemm_glu kernel (a configuration row with op "gemm_glu"): Y =
+// act(A @ B_gate) * (A @ B_up), the weights as params.b and params.c.
+// Defined in sm90_glu_kernel.cuh; instantiated for
+// GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL.
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_glu_kernel(const LaunchArgs& la);
+
 }  // namespace sm90
 }  // namespace gemm_act

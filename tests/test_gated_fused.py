@@ -1,0 +1,106 @@
+"""gemm_glu's fused sm90 kernel (both projections and the gate in one GEMM,
+the weights read where they are): its results against float64 wherever it
+runs, that it does run where the rule sends it, and that every other case
+still gets the composite's results."""
+
+import pytest
+import torch
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from test_gated import _close, _operands, _reference64
+
+GATED = list(tga.GATED)
+
+
+def _on_sm90():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _fused_kernel_ran(fn):
+    """fn()'s result, and whether a fused gemm_glu kernel ran in it."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return out, any("GluStore" in name for name in names)
+
+
+def _rule_starts_at_sm90():
+    return _on_sm90() and tga.testing._C.testing_overrides()[0] in ("", "sm90")
+
+
+def _weights(kind, n, k, dtype):
+    """Gate and up weights [N, K]: two tensors, or the halves of one in
+    either order (the gate below or above the up projection)."""
+    scale = 1.0 / k ** 0.5
+    if kind == "apart":
+        return [torch.randn(n, k, device="cuda", dtype=dtype) * scale for _ in range(2)]
+    packed = torch.randn(2 * n, k, device="cuda", dtype=dtype) * scale
+    return (packed[:n], packed[n:]) if kind == "gate_first" else (packed[n:], packed[:n])
+
+
+@requires_cuda
+@pytest.mark.parametrize("activation", GATED)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["apart", "gate_first", "up_first"])
+def test_fused_gemm_glu_matches_float64_cuda(activation, dtype, kind):
+    m, k, n = 520, 136, 392  # ragged against the 128 x 256 tile, N a multiple of 8
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    wg, wu = _weights(kind, n, k, dtype)
+    y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation=activation))
+    assert fused == _rule_starts_at_sm90()
+    y_ref, _ = _reference64(a, wg, wu, None, None, activation)
+    assert y.shape == (m, n) and y.dtype == dtype
+    _close(y, y_ref, dtype)
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 17, 128, 130])
+def test_fused_gemm_glu_small_m_when_forced_cuda(m):
+    # Below 256 rows the rule runs the composite; forced, the fused kernel
+    # must still be right on a single partial tile.
+    if not _on_sm90():
+        pytest.skip("the fused kernel needs compute capability 9.0")
+    a, wg, wu, _, _ = _operands(m, 64, 24, torch.bfloat16, "cuda", bias=False)
+    with tga.testing.override(cuda_backend="sm90"):
+        y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation="geglu_tanh"))
+    assert fused
+    _close(y, _reference64(a, wg, wu, None, None, "geglu_tanh")[0], torch.bfloat16)
+    _, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t()))
+    assert not fused
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", ["bias", "preact", "n_not_8", "grad", "same_weight", "row_major_b",
+                                  "batched"])
+def test_gemm_glu_cases_the_fused_kernel_leaves_cuda(case):
+    m, k, n = 512, 64, 13 if case == "n_not_8" else 24
+    a, wg, wu, bg, bu = _operands(m, k, n, torch.bfloat16, "cuda", bias=case == "bias")
+    if case == "same_weight":
+        wu = wg
+    if case == "batched":
+        a = a.view(2, m // 2, k)
+    b_gate, b_up = (wg.t().contiguous(), wu.t().contiguous()) if case == "row_major_b" else (wg.t(), wu.t())
+    if case == "grad":
+        a.requires_grad_(True)
+    (y, *_), fused = _fused_kernel_ran(
+        lambda: tga.gemm_glu(a, b_gate, b_up, bg, bu, return_preact=True) if case == "preact"
+        else (tga.gemm_glu(a, b_gate, b_up, bg, bu),))
+    # Only a batched input takes the fused kernel (it flattens the rows).
+    assert fused == (case == "batched" and _rule_starts_at_sm90())
+    y_ref, _ = _reference64(a.reshape(m, k), wg, wu, bg, bu, "swiglu")
+    _close(y.reshape(m, n), y_ref, torch.bfloat16)
+
+
+@requires_cuda
+def test_fused_gemm_glu_follows_the_weights_cuda():
+    # Nothing is cached from the weights' contents: an in-place update (an
+    # optimizer step) shows in the next call.
+    a, wg, wu, _, _ = _operands(512, 64, 32, torch.bfloat16, "cuda", bias=False)
+    before = tga.gemm_glu(a, wg.t(), wu.t())
+    with torch.no_grad():
+        wu.mul_(-2.0)
+    after = tga.gemm_glu(a, wg.t(), wu.t())
+    _close(after, _reference64(a, wg, wu, None, None, "swiglu")[0], torch.bfloat16)
+    torch.testing.assert_close(after, before * -2.0, rtol=2e-2, atol=1e-2)
