@@ -14,9 +14,8 @@
 // The tree is one leaf (GluStore). Its visit hands the accumulators on; its
 // reduce, which sees the subtile's values whole, multiplies each pair and
 // stores the products to Y, [M, N] row-major, with the residue predicate.
-// Where asked (training), the projections go out too, as the composite's
-// H. No D (ElementD void): nothing goes through shared memory, and no bias
-// or C (the entry sends those cases to the composite).
+// No D (ElementD void): nothing goes through shared memory, and no bias or
+// C (the entry sends those cases to the composite).
 #pragma once
 
 #include "activations.h"
@@ -41,9 +40,6 @@ struct GluStore {
     int64_t ldy = 0;
     bool gate_second = false;  // the gate is weight 1, at the higher address
     float negative_slope = 0.01f;
-    // Where not null, the projections too, as the composite's H [M, 2 ldy]:
-    // the gate's in its first ldy columns, the up projection's after them.
-    Element* h = nullptr;
   };
 
   using Params = Arguments;
@@ -125,25 +121,17 @@ struct GluStore {
         const int m = get<0>(coords(i)), n = get<1>(coords(i));
         if (n % (2 * kGluGroup) >= kGluGroup || n % 2 != 0) continue;  // not a pair's first gate column
         if (!elem_less(coords(i), residue)) continue;
-        cutlass::Array<Element, 2> pair, gates, ups;
+        cutlass::Array<Element, 2> pair;
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < 2; ++e) {
           const float first = value(find(m, n + e)), second = value(find(m, n + e + kGluGroup));
           const float gate = params.gate_second ? second : first;
           const float up = params.gate_second ? first : second;
           pair[e] = static_cast<Element>(activate<kAct, Element>(gate, params.negative_slope) * up);
-          gates[e] = static_cast<Element>(gate);
-          ups[e] = static_cast<Element>(up);
         }
         // Y's column of n': 8 per group of 16 (col0 already is Y's).
         const int64_t col = col0 + (n / (2 * kGluGroup)) * kGluGroup + n % kGluGroup;
-        using Pair = cutlass::Array<Element, 2>;
-        *reinterpret_cast<Pair*>(params.y + (row0 + m) * params.ldy + col) = pair;
-        if (params.h != nullptr) {
-          Element* h_row = params.h + (row0 + m) * 2 * params.ldy;
-          *reinterpret_cast<Pair*>(h_row + col) = gates;
-          *reinterpret_cast<Pair*>(h_row + params.ldy + col) = ups;
-        }
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(params.y + (row0 + m) * params.ldy + col) = pair;
       }
     }
   };
@@ -173,12 +161,10 @@ struct GemmGluEpilogue {
       void, cutlass::layout::RowMajor, kAlignment,  // no D: GluStore stores Y
       typename Config::EpilogueSchedule, Callbacks>::CollectiveOp;
 
-  // Y is params.y ([M, N / 2 of the GEMM] row-major), H params.z (or
-  // null); the gate is weight 1 where params.c (the up weight) lies below
-  // params.b (the gate's).
+  // Y is params.y ([M, N / 2 of the GEMM] row-major); the gate is weight 1
+  // where params.c (the up weight) lies below params.b (the gate's).
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
-    return {static_cast<Element*>(p.y), p.n / 2, p.c < p.b, static_cast<float>(p.negative_slope),
-            static_cast<Element*>(p.z)};
+    return {static_cast<Element*>(p.y), p.n / 2, p.c < p.b, static_cast<float>(p.negative_slope)};
   }
 };
 
