@@ -6,17 +6,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
-#include <cstdint>
 #include <optional>
 #include <tuple>
 
 namespace gemm_act {
-
-// CUDA's gemm_glu runs its fused sm90 kernel from this many rows of a
-// (below, the composite's cuBLAS GEMMs stream the weights better than the
-// kernel's 128-row tiles); torch_gemm_act._C.MIN_FUSED_GLU_ROWS to Python,
-// whose compiled path picks the operator by it.
-constexpr int64_t kMinFusedGluRows = 256;
 
 void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
                     const std::optional<at::Tensor>& bias_gate,

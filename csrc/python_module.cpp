@@ -21,7 +21,6 @@
 
 #include "activations.h"
 #include "checks.h"
-#include "gated.h"
 #include "op_handles.h"
 #include "testing.h"
 #ifdef GEMM_ACT_WITH_CUDA
@@ -238,11 +237,5 @@ PyMethodDef kMethods[] = {
 extern "C" PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1,
                                           gemm_act::kMethods};
-  PyObject* module = PyModule_Create(&module_def);
-  if (module != nullptr &&
-      PyModule_AddIntConstant(module, "MIN_FUSED_GLU_ROWS", gemm_act::kMinFusedGluRows) != 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  return module;
+  return PyModule_Create(&module_def);
 }

@@ -3,8 +3,6 @@ the weights read where they are): its results against float64 wherever it
 runs, that it does run where the rule sends it, and that every other case
 still gets the composite's results."""
 
-import copy
-
 import pytest
 import torch
 
@@ -106,22 +104,3 @@ def test_fused_gemm_glu_follows_the_weights_cuda():
     after = tga.gemm_glu(a, wg.t(), wu.t())
     _close(after, _reference64(a, wg, wu, None, None, "swiglu")[0], torch.bfloat16)
     torch.testing.assert_close(after, before * -2.0, rtol=2e-2, atol=1e-2)
-
-
-@requires_cuda
-@pytest.mark.parametrize("grad", [False, True])
-def test_compiled_gated_mlp_takes_the_fused_kernel_in_inference_cuda(grad):
-    """Under torch.compile a fused gated MLP calls the operator where its
-    fused kernel runs (inference), in one graph across batch sizes, and
-    Inductor's GEMMs and pass elsewhere (training)."""
-    from test_gated import _LlamaMLP
-    torch.manual_seed(0)
-    eager = _LlamaMLP(64, 96).to(device="cuda", dtype=torch.bfloat16)
-    fused = tga.fuse_linear_act(copy.deepcopy(eager))
-    compiled = torch.compile(fused, fullgraph=True, dynamic=True)
-    with torch.set_grad_enabled(grad):
-        for rows in (512, 640):
-            x = torch.randn(rows, 64, device="cuda", dtype=torch.bfloat16)
-            y, fused_ran = _fused_kernel_ran(lambda: compiled(x))
-            assert fused_ran == (not grad and _rule_starts_at_sm90())
-            torch.testing.assert_close(y, eager(x), rtol=2e-2, atol=2e-2)

@@ -169,15 +169,12 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     side by side ([..., 2N]).
     """
     gate = gate_activation(activation)
-    dtensor = _is_dtensor(a) or _is_dtensor(b_gate)
-    if dtensor or (torch.compiler.is_compiling() and
-                   not _takes_fused_glu(a, b_gate, b_up, bias_gate, bias_up, return_preact)):
-        # Under torch.compile, outside the fused kernel's cases, the
-        # composite operator is the two GEMMs and one pass that Inductor
-        # builds itself (the Llama MLP compiled through it: 1.024 / 1.014 x
-        # compiled eager in inference / training, H200); and the operator
-        # has no DTensor sharding strategy yet. Both run the projections and
-        # the product as they run them unfused.
+    if torch.compiler.is_compiling() or _is_dtensor(a) or _is_dtensor(b_gate):
+        # Until the gated operator has a fused kernel it is the two GEMMs and
+        # one pass that Inductor builds itself (the Llama MLP compiled
+        # through it: 1.024 / 1.014 x compiled eager in inference / training,
+        # H200); and it has no DTensor sharding strategy yet. Both run the
+        # projections and the product as they run them unfused.
         g, u = (torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
                 for b, bias in ((b_gate, bias_gate), (b_up, bias_up)))
         y = twin(gate, negative_slope)(g) * u
@@ -185,23 +182,6 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, float(negative_slope),
                            bool(return_preact))
     return (y, h) if return_preact else y
-
-
-@torch.compiler.assume_constant_result
-def _is_sm90(device_index):
-    return torch.cuda.get_device_capability(device_index) == (9, 0)
-
-
-def _takes_fused_glu(a, b_gate, b_up, bias_gate, bias_up, return_preact):
-    """Under torch.compile, whether a gemm_glu call goes to the operator:
-    where CUDA's gemm_glu runs its fused sm90 kernel (inference, no bias,
-    fp16/bf16, N a multiple of 8, at least _C.MIN_FUSED_GLU_ROWS rows; the
-    kernel's other conditions hold for nn.Linear weights), whose one GEMM
-    Inductor's two GEMMs and pass do not match."""
-    return (not return_preact and bias_gate is None and bias_up is None
-            and not _needs_grad(a, b_gate, b_up) and a.is_cuda
-            and a.dtype in (torch.float16, torch.bfloat16) and b_gate.shape[-1] % 8 == 0
-            and a.numel() >= _C.MIN_FUSED_GLU_ROWS * a.shape[-1] and _is_sm90(a.device.index))
 
 
 def gated_linear_act(x, gate_weight, up_weight, gate_bias=None, up_bias=None, activation=SWIGLU):

@@ -26,7 +26,6 @@
 #include "cuda/sm90/sm90_launch.h"
 #include "cuda/sm90/sm90_staging.h"
 #include "cuda/sm90/sm90_tma_rules.h"
-#include "gated.h"
 #include "testing.h"
 
 namespace gemm_act {
@@ -341,6 +340,10 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   return true;
 }
 
+// Below this many rows the composite's GEMMs (cuBLAS, which streams the
+// weights at small M) run gemm_glu: the fused kernel's tiles are 128 rows.
+constexpr int64_t kMinGluRows = 256;
+
 bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
                   const at::Tensor& y, Activation activation, double negative_slope,
                   cudaStream_t stream) {
@@ -372,7 +375,7 @@ bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tenso
                            p.b_stride_n >= p.k && aligned16(p.b) && aligned16(p.c) &&
                            delta_bytes != 0 && delta_bytes % 16 == 0 && delta_bytes < (int64_t{1} << 40);
   if (p.m <= 0 || p.k <= 0 || (p.n / 2) % 8 != 0 || !weights_fit || !a_fits_tma(p, align) ||
-      !y.is_contiguous() || !aligned16(p.y) || (p.m < kMinFusedGluRows && !forced_here())) {
+      !y.is_contiguous() || !aligned16(p.y) || (p.m < kMinGluRows && !forced_here())) {
     return false;
   }
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
