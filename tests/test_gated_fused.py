@@ -8,6 +8,7 @@ import torch
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
+from reference import torch_twin
 from test_gated import _close, _operands, _reference64
 
 GATED = list(tga.GATED)
@@ -87,10 +88,36 @@ def test_gemm_glu_cases_the_fused_kernel_leaves_cuda(case):
     (y, *_), fused = _fused_kernel_ran(
         lambda: tga.gemm_glu(a, b_gate, b_up, bg, bu, return_preact=True) if case == "preact"
         else (tga.gemm_glu(a, b_gate, b_up, bg, bu),))
-    # Only a batched input takes the fused kernel (it flattens the rows).
-    assert fused == (case == "batched" and _rule_starts_at_sm90())
+    # The fused kernel flattens a batch's rows and writes H where it is kept
+    # (return_preact, or for the backward); the other cases are the composite's.
+    assert fused == (case in ("batched", "preact", "grad") and _rule_starts_at_sm90())
     y_ref, _ = _reference64(a.reshape(m, k), wg, wu, bg, bu, "swiglu")
     _close(y.reshape(m, n), y_ref, torch.bfloat16)
+
+
+@requires_cuda
+@pytest.mark.parametrize("activation", ["swiglu", "geglu", "reglu"])
+@pytest.mark.parametrize("kind", ["apart", "up_first"])
+def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind):
+    """H as the fused kernel writes it (the projections, rounded once), and
+    every gradient from it against float64."""
+    m, k, n = 520, 136, 392
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    wg, wu = (w.detach().requires_grad_(True) for w in _weights(kind, n, k, torch.bfloat16))
+    gy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    (y, h), fused = _fused_kernel_ran(
+        lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation=activation, return_preact=True))
+    assert fused == _rule_starts_at_sm90()
+    y_ref, h_ref = _reference64(a, wg, wu, None, None, activation)
+    _close(y, y_ref, torch.bfloat16)
+    _close(h, h_ref, torch.bfloat16)
+    y.backward(gy)
+    g, u = (part.detach().double().cpu().requires_grad_(True) for part in h.chunk(2, -1))
+    (torch_twin(tga.GATED[activation])(g) * u).backward(gy.double().cpu())
+    d = [t.detach().double().cpu() for t in (a, wg, wu)]
+    ref = [g.grad @ d[1] + u.grad @ d[2], g.grad.t() @ d[0], u.grad.t() @ d[0]]
+    for got, expected in zip((a.grad, wg.grad, wu.grad), ref):
+        _close(got, expected, torch.bfloat16, normwise=True)
 
 
 @requires_cuda

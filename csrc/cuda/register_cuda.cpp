@@ -137,28 +137,34 @@ at::Tensor gemm_dact_cuda(const GemmActArgs& args, bool column_sums) {
 }
 
 // gemm_glu: the sm90 family's fused kernel where the rule starts at sm90 and
-// it takes the case (no bias, the projections not kept: inference), else
-// the composite (gated.cpp).
+// it takes the case (no bias; H written beside Y when kept), else the
+// composite (gated.cpp).
 std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     c10::string_view activation, double negative_slope, bool store_preact) {
 #ifdef GEMM_ACT_WITH_SM90
   check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
-  if (!store_preact && !bias_gate.has_value() && !bias_up.has_value() && a.numel() > 0 &&
+  if (!bias_gate.has_value() && !bias_up.has_value() && a.numel() > 0 &&
       std::string(first_backend()->name) == "sm90") {
     const Activation act = parse_activation(activation);
     check_negative_slope(act, negative_slope);
     const c10::cuda::CUDAGuard device_guard(a.device());
     check_device_supported(a.get_device());
     const at::Tensor a_2d = a.reshape({-1, a.size(-1)});
-    std::vector<int64_t> sizes = a.sizes().vec();
-    sizes.back() = b_gate.size(1);
-    at::Tensor y = at::empty({a_2d.size(0), b_gate.size(1)}, a.options());
+    const int64_t rows = a_2d.size(0), n = b_gate.size(1);
+    at::Tensor y = at::empty({rows, n}, a.options());
+    at::Tensor h = store_preact ? at::empty({rows, 2 * n}, a.options()) : at::Tensor();
     poison_if_requested(y);
-    if (sm90::try_gemm_glu(a_2d, b_gate, b_up, y, act, negative_slope,
+    if (h.defined()) poison_if_requested(h);
+    if (sm90::try_gemm_glu(a_2d, b_gate, b_up, y, h, act, negative_slope,
                            c10::cuda::getCurrentCUDAStream())) {
-      return {y.view(sizes), at::empty({0}, a.options())};
+      std::vector<int64_t> sizes = a.sizes().vec();
+      sizes.back() = n;
+      at::Tensor y_out = y.view(sizes);
+      if (!h.defined()) return {y_out, at::empty({0}, a.options())};
+      sizes.back() = 2 * n;
+      return {y_out, h.view(sizes)};
     }
   }
 #endif

@@ -345,8 +345,8 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 constexpr int64_t kMinGluRows = 256;
 
 bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
-                  const at::Tensor& y, Activation activation, double negative_slope,
-                  cudaStream_t stream) {
+                  const at::Tensor& y, const at::Tensor& h, Activation activation,
+                  double negative_slope, cudaStream_t stream) {
   if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2) return false;
   const std::optional<Dtype> dtype = sm90_dtype(a.scalar_type());
   const int device = a.get_device();
@@ -363,6 +363,7 @@ bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tenso
   p.b_stride_k = 1;
   p.b_stride_n = b_gate.stride(1);
   p.y = y.data_ptr();
+  p.z = h.defined() ? h.data_ptr() : nullptr;  // the projections, H
   p.activation = activation;
   p.negative_slope = negative_slope;
   const int64_t align = 16 / element_bytes(*dtype);
@@ -375,7 +376,8 @@ bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tenso
                            p.b_stride_n >= p.k && aligned16(p.b) && aligned16(p.c) &&
                            delta_bytes != 0 && delta_bytes % 16 == 0 && delta_bytes < (int64_t{1} << 40);
   if (p.m <= 0 || p.k <= 0 || (p.n / 2) % 8 != 0 || !weights_fit || !a_fits_tma(p, align) ||
-      !y.is_contiguous() || !aligned16(p.y) || (p.m < kMinGluRows && !forced_here())) {
+      !y.is_contiguous() || !aligned16(p.y) || (p.z != nullptr && !(h.is_contiguous() && aligned16(p.z))) ||
+      (p.m < kMinGluRows && !forced_here())) {
     return false;
   }
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));

@@ -36,10 +36,11 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 // [M, K] and b_gate, b_up [K, N] (weights' transposes, K-major, one row
 // stride), no bias, on the fused kernel when it can (compute capability
 // 9.0, fp16/bf16, N a multiple of 8, what TMA can read); false, having done
-// nothing, otherwise. y is contiguous.
+// nothing, otherwise. y is contiguous; h, when defined, [M, 2N] contiguous,
+// receives the two projections side by side (gemm_glu's H).
 bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
-                  const at::Tensor& y, Activation activation, double negative_slope,
-                  cudaStream_t stream);
+                  const at::Tensor& y, const at::Tensor& h, Activation activation,
+                  double negative_slope, cudaStream_t stream);
 
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.

@@ -8,14 +8,17 @@
 // accumulator layout, which the epilogue's partition keeps), each subtile
 // is a whole number of 16-column groups, and so within its subtile each of
 // its columns with n' % 16 < 8 has its partner 8 further on. The pairing is
-// found at compile time from the partition's coordinate layout, and
-// two adjacent products go out as one 4-byte store.
+// found at compile time from the partition's coordinate layout.
 //
 // The tree is one leaf (GluStore). Its visit hands the accumulators on; its
-// reduce, which sees the subtile's values whole, multiplies each pair and
-// stores the products to Y, [M, N] row-major, with the residue predicate.
-// No D (ElementD void): nothing goes through shared memory, and no bias or
-// C (the entry sends those cases to the composite).
+// reduce, which sees the subtile's values whole, multiplies each pair, and
+// the four lanes that share a row swap their results (a 4 x 4 transpose of
+// 4-byte words by shuffles) so that each stores 8 consecutive columns of Y
+// as one 16-byte word: a quad writes 64 contiguous bytes of a row, where a
+// 4-byte store per lane pair left each 32-byte sector half written per
+// instruction. Where asked (training), the projections go out the same way,
+// as the composite's H. No D (ElementD void): nothing goes through shared
+// memory, and no bias or C (the entry sends those cases to the composite).
 #pragma once
 
 #include "activations.h"
@@ -40,6 +43,9 @@ struct GluStore {
     int64_t ldy = 0;
     bool gate_second = false;  // the gate is weight 1, at the higher address
     float negative_slope = 0.01f;
+    // Where not null, the projections too, as the composite's H [M, 2 ldy]:
+    // the gate's in its first ldy columns, the up projection's after them.
+    Element* h = nullptr;
   };
 
   using Params = Arguments;
@@ -98,16 +104,40 @@ struct GluStore {
       return out;
     }
 
+    // A 4 x 4 transpose of 32-bit words within a quad of lanes (the four
+    // that share a row): lane q holds word[g], its pair of columns in group
+    // g; afterwards out[p] is lane p's word of group q, so lane q holds
+    // group q's 8 consecutive columns.
+    CUTLASS_DEVICE static void quad_transpose(uint32_t const (&word)[4], uint32_t (&out)[4], int q) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int partner = q ^ k;
+        uint32_t send = word[0];
+        CUTLASS_PRAGMA_UNROLL
+        for (int g = 1; g < 4; ++g) send = partner == g ? word[g] : send;
+        const uint32_t got = k == 0 ? send : __shfl_xor_sync(0xffffffffu, send, k);
+        CUTLASS_PRAGMA_UNROLL
+        for (int p = 0; p < 4; ++p) out[p] = partner == p ? got : (k == 0 ? 0u : out[p]);
+      }
+    }
+
+    // One 16-byte store (st.global.v4: the compiler split a uint4 assignment
+    // through an Element pointer into four).
+    CUTLASS_DEVICE static void store16(uint32_t const (&word)[4], Element* at, bool ok) {
+      cutlass::arch::global_store<uint4, 16>(make_uint4(word[0], word[1], word[2], word[3]), at, ok);
+    }
+
     template <class STensor, class SyncFn, class VTensor>
     CUTLASS_DEVICE void reduce(STensor&&, SyncFn const&, int epi_m, int epi_n, bool, VTensor visit_results) {
       using namespace cute;
       constexpr int kFragment = cute::remove_cvref_t<decltype(visit_results(0))>::kElements;
       Tensor coords = tCcD(_, _, _, epi_m, epi_n);  // (CPY,CPY_M,CPY_N)
       constexpr int kValues = decltype(size(coords))::value;
+      // Per row of the thread's: 4 groups of 16 columns (the subtile's 64),
+      // a pair of gate columns and their up pair in each.
+      constexpr int kGroups = 4, kRows = kValues / (4 * kGroups);
+      static_assert(kValues == kRows * 4 * kGroups, "a subtile of 64 columns per row of a thread's");
       const auto value = [&](int i) { return visit_results(i / kFragment)[i % kFragment]; };
-      // Pairs of adjacent gate columns, stored as one 4-byte word: Y's column
-      // of the first is even (col0 is, and so is n % 8) and N' bounds whole
-      // groups, so the pair is in bounds whenever its first element is.
       const auto find = [&](int m, int n) {
         int at = -1;
         CUTLASS_PRAGMA_UNROLL
@@ -116,22 +146,61 @@ struct GluStore {
         }
         return at;
       };
+      // Each pair of adjacent gate columns (the first's n even, below 8 in
+      // its group of 16) gives a 4-byte word each of Y, and of H's two halves.
+      uint32_t y_words[kRows][kGroups], g_words[kRows][kGroups], u_words[kRows][kGroups];
+      bool in_bounds[kRows][kGroups];
+      int row_m[kRows], group_n[kGroups];
+      int rows_seen = 0;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kValues; ++i) {
         const int m = get<0>(coords(i)), n = get<1>(coords(i));
-        if (n % (2 * kGluGroup) >= kGluGroup || n % 2 != 0) continue;  // not a pair's first gate column
-        if (!elem_less(coords(i), residue)) continue;
-        cutlass::Array<Element, 2> pair;
+        if (n % (2 * kGluGroup) >= kGluGroup || n % 2 != 0) continue;
+        const int g = (n % (kGroups * 2 * kGluGroup)) / (2 * kGluGroup);
+        int r = rows_seen;
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < kRows; ++k) r = (k < rows_seen && row_m[k] == m) ? k : r;
+        if (r == rows_seen) row_m[rows_seen++] = m;
+        group_n[g] = n % (kGroups * 2 * kGluGroup);
+        cutlass::Array<Element, 2> y, gate, up;
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < 2; ++e) {
           const float first = value(find(m, n + e)), second = value(find(m, n + e + kGluGroup));
-          const float gate = params.gate_second ? second : first;
-          const float up = params.gate_second ? first : second;
-          pair[e] = static_cast<Element>(activate<kAct, Element>(gate, params.negative_slope) * up);
+          const float g_value = params.gate_second ? second : first;
+          const float u_value = params.gate_second ? first : second;
+          y[e] = static_cast<Element>(activate<kAct, Element>(g_value, params.negative_slope) * u_value);
+          gate[e] = static_cast<Element>(g_value);
+          up[e] = static_cast<Element>(u_value);
         }
-        // Y's column of n': 8 per group of 16 (col0 already is Y's).
-        const int64_t col = col0 + (n / (2 * kGluGroup)) * kGluGroup + n % kGluGroup;
-        *reinterpret_cast<cutlass::Array<Element, 2>*>(params.y + (row0 + m) * params.ldy + col) = pair;
+        y_words[r][g] = reinterpret_cast<uint32_t const&>(y);
+        g_words[r][g] = reinterpret_cast<uint32_t const&>(gate);
+        u_words[r][g] = reinterpret_cast<uint32_t const&>(up);
+        in_bounds[r][g] = elem_less(coords(i), residue);
+      }
+      // Lane q of its quad stores group q's 8 columns as one 16-byte word:
+      // the quad's first column of Y is col0 - 2q, a multiple of 8, and N'
+      // bounds whole groups.
+      const int q = static_cast<int>(threadIdx.x % 4);
+      int n_q = group_n[0];
+      CUTLASS_PRAGMA_UNROLL
+      for (int g = 1; g < kGroups; ++g) n_q = q == g ? group_n[g] : n_q;
+      const int64_t col = col0 - 2 * q + (n_q / (2 * kGluGroup)) * kGluGroup;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        bool ok = in_bounds[r][0];
+        CUTLASS_PRAGMA_UNROLL
+        for (int g = 1; g < kGroups; ++g) ok = q == g ? in_bounds[r][g] : ok;
+        uint32_t out[4];
+        quad_transpose(y_words[r], out, q);
+        const int64_t row = row0 + row_m[r];
+        store16(out, params.y + row * params.ldy + col, ok);
+        if (params.h != nullptr) {
+          Element* h_row = params.h + row * 2 * params.ldy;
+          quad_transpose(g_words[r], out, q);
+          store16(out, h_row + col, ok);
+          quad_transpose(u_words[r], out, q);
+          store16(out, h_row + params.ldy + col, ok);
+        }
       }
     }
   };
@@ -164,7 +233,8 @@ struct GemmGluEpilogue {
   // Y is params.y ([M, N / 2 of the GEMM] row-major); the gate is weight 1
   // where params.c (the up weight) lies below params.b (the gate's).
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
-    return {static_cast<Element*>(p.y), p.n / 2, p.c < p.b, static_cast<float>(p.negative_slope)};
+    return {static_cast<Element*>(p.y), p.n / 2, p.c < p.b, static_cast<float>(p.negative_slope),
+            static_cast<Element*>(p.z)};
   }
 };
 
