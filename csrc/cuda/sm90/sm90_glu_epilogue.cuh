@@ -161,7 +161,7 @@ struct GluStore {
         CUTLASS_PRAGMA_UNROLL
         for (int k = 0; k < kRows; ++k) r = (k < rows_seen && row_m[k] == m) ? k : r;
         if (r == rows_seen) row_m[rows_seen++] = m;
-        group_n[g] = n % (kGroups * 2 * kGluGroup);
+        group_n[g] = n;  // the subtile's offset included
         cutlass::Array<Element, 2> y, gate, up;
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < 2; ++e) {
