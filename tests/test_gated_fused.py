@@ -75,7 +75,10 @@ def test_fused_gemm_glu_small_m_when_forced_cuda(m):
 @requires_cuda
 @pytest.mark.parametrize("case", ["bias", "preact", "n_not_8", "grad", "same_weight", "row_major_b",
                                   "batched"])
-def test_gemm_glu_cases_the_fused_kernel_leaves_cuda(case):
+def test_gemm_glu_takes_the_fused_kernel_or_the_composite_by_case_cuda(case):
+    """Which cases the fused kernel takes (a batch, H kept, a backward to
+    follow) and which it leaves to the composite (a bias, N not a multiple
+    of 8, one weight for both, a row-major B), each right either way."""
     m, k, n = 512, 64, 13 if case == "n_not_8" else 24
     a, wg, wu, bg, bu = _operands(m, k, n, torch.bfloat16, "cuda", bias=case == "bias")
     if case == "same_weight":
