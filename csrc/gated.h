@@ -9,11 +9,39 @@
 #include <optional>
 #include <tuple>
 
+#include "gemm_act.h"
+
 namespace gemm_act {
 
 void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
                     const std::optional<at::Tensor>& bias_gate,
                     const std::optional<at::Tensor>& bias_up);
+
+// What a family's fused gemm_glu kernel is given (a [M, K]; b_gate and b_up
+// [K, N], K-major with one row stride; y [M, N]; h [M, 2N] or undefined):
+// the op's parameters with b and c the two weights, n the GEMM's width 2N,
+// y Y and z H. The family checks what its loads and stores need.
+inline GemmActParams fused_glu_params(const at::Tensor& a, const at::Tensor& b_gate,
+                                      const at::Tensor& b_up, const at::Tensor& y,
+                                      const at::Tensor& h, Activation activation,
+                                      double negative_slope) {
+  GemmActParams p;
+  p.m = a.size(0);
+  p.k = a.size(1);
+  p.n = 2 * b_gate.size(1);
+  p.a = a.const_data_ptr();
+  p.a_stride_m = a.stride(0);
+  p.a_stride_k = a.stride(1);
+  p.b = b_gate.const_data_ptr();
+  p.c = b_up.const_data_ptr();
+  p.b_stride_k = b_gate.stride(0);
+  p.b_stride_n = b_gate.stride(1);
+  p.y = y.data_ptr();
+  p.z = h.defined() ? h.data_ptr() : nullptr;
+  p.activation = activation;
+  p.negative_slope = negative_slope;
+  return p;
+}
 
 std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,

@@ -24,11 +24,26 @@ def _fused_kernel_ran(fn):
         out = fn()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return out, any("GluStore" in name for name in names)
+    return out, any("GluStore" in name or "sm80_gemm_glu_kernel" in name for name in names)
+
+
+def _backend():
+    return tga.testing._C.testing_overrides()[0]
 
 
 def _rule_starts_at_sm90():
-    return _on_sm90() and tga.testing._C.testing_overrides()[0] in ("", "sm90")
+    return _on_sm90() and _backend() in ("", "sm90")
+
+
+def _has_sm80():
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+            and "sm80" in tga.testing.cuda_backends())
+
+
+def _fused_expected():
+    """Whether a gemm_glu case the fused kernels take runs one: sm90's under
+    the rule on compute capability 9.0, sm80's where that family is forced."""
+    return _rule_starts_at_sm90() or (_backend() == "sm80" and _has_sm80())
 
 
 def _weights(kind, n, k, dtype):
@@ -50,7 +65,7 @@ def test_fused_gemm_glu_matches_float64_cuda(activation, dtype, kind):
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     wg, wu = _weights(kind, n, k, dtype)
     y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation=activation))
-    assert fused == _rule_starts_at_sm90()
+    assert fused == _fused_expected()
     y_ref, _ = _reference64(a, wg, wu, None, None, activation)
     assert y.shape == (m, n) and y.dtype == dtype
     _close(y, y_ref, dtype)
@@ -68,8 +83,9 @@ def test_fused_gemm_glu_small_m_when_forced_cuda(m):
         y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation="geglu_tanh"))
     assert fused
     _close(y, _reference64(a, wg, wu, None, None, "geglu_tanh")[0], torch.bfloat16)
-    _, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t()))
-    assert not fused
+    if _backend() == "":
+        _, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t()))
+        assert not fused
 
 
 @requires_cuda
@@ -93,7 +109,7 @@ def test_gemm_glu_takes_the_fused_kernel_or_the_composite_by_case_cuda(case):
         else (tga.gemm_glu(a, b_gate, b_up, bg, bu),))
     # The fused kernel flattens a batch's rows and writes H where it is kept
     # (return_preact, or for the backward); the other cases are the composite's.
-    assert fused == (case in ("batched", "preact", "grad") and _rule_starts_at_sm90())
+    assert fused == (case in ("batched", "preact", "grad") and _fused_expected())
     y_ref, _ = _reference64(a.reshape(m, k), wg, wu, bg, bu, "swiglu")
     _close(y.reshape(m, n), y_ref, torch.bfloat16)
 
@@ -110,7 +126,7 @@ def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind):
     gy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     (y, h), fused = _fused_kernel_ran(
         lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation=activation, return_preact=True))
-    assert fused == _rule_starts_at_sm90()
+    assert fused == _fused_expected()
     y_ref, h_ref = _reference64(a, wg, wu, None, None, activation)
     _close(y, y_ref, torch.bfloat16)
     _close(h, h_ref, torch.bfloat16)
@@ -134,3 +150,35 @@ def test_fused_gemm_glu_follows_the_weights_cuda():
     after = tga.gemm_glu(a, wg.t(), wu.t())
     _close(after, _reference64(a, wg, wu, None, None, "swiglu")[0], torch.bfloat16)
     torch.testing.assert_close(after, before * -2.0, rtol=2e-2, atol=1e-2)
+
+
+@requires_cuda
+@pytest.mark.parametrize("kind", ["apart", "up_first"])
+@pytest.mark.parametrize("m", [17, 520])
+def test_sm80_fused_gemm_glu_matches_float64_cuda(kind, m):
+    """The sm80 family's fused kernel, forced (as the family runs today), on
+    any GPU from sm_80 on: Y, H and every gradient against float64."""
+    if not _has_sm80():
+        pytest.skip("needs the sm80 family and a GPU from sm_80 on")
+    k, n = 136, 392
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    wg, wu = (w.detach().requires_grad_(True) for w in _weights(kind, n, k, torch.bfloat16))
+    with tga.testing.override(cuda_backend="sm80"):
+        with torch.no_grad():
+            y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation="geglu"))
+        assert fused
+        _close(y, _reference64(a, wg, wu, None, None, "geglu")[0], torch.bfloat16)
+        (y, h), fused = _fused_kernel_ran(
+            lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation="geglu", return_preact=True))
+    assert fused
+    y_ref, h_ref = _reference64(a, wg, wu, None, None, "geglu")
+    _close(y, y_ref, torch.bfloat16)
+    _close(h, h_ref, torch.bfloat16)
+    gy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    y.backward(gy)
+    g, u = (part.detach().double().cpu().requires_grad_(True) for part in h.chunk(2, -1))
+    (torch_twin("gelu")(g) * u).backward(gy.double().cpu())
+    d = [t.detach().double().cpu() for t in (a, wg, wu)]
+    ref = [g.grad @ d[1] + u.grad @ d[2], g.grad.t() @ d[0], u.grad.t() @ d[0]]
+    for got, expected in zip((a.grad, wg.grad, wu.grad), ref):
+        _close(got, expected, torch.bfloat16, normwise=True)

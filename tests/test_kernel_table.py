@@ -90,6 +90,7 @@ def test_sm80_table_generates_one_unit_per_target(tmp_path):
         (name, sm80.DTYPES[d], sm80.LAYOUTS[l]) for name, d, l in expected]
     configs = re.findall(r"^  X\((\w+), (\d+), (\d+), (\d+), (\d+)\)", header, re.M)
     assert [c[0] for c in configs] == [r.name for r in sm80.CONFIGS]
+    assert all(("_glu" in r.name) == (r.op == "gemm_glu") for r in sm80.CONFIGS)
     # Every (dtype, B layout) the family takes has a kernel.
     assert {(d, l) for _, d, l in expected} == {(d, l) for d in sm80.DTYPES for l in sm80.LAYOUTS}
     for name, d, l in expected:

@@ -28,7 +28,7 @@ struct CudaForwardBackend {
 struct KernelInfo {
   std::string family, name, dtype, b_layout;
   bool stores_z = true;
-  std::string op = "gemm_act";  // or "gemm_dact"
+  std::string op = "gemm_act";  // or "gemm_dact", "gemm_glu"
 };
 
 // The backends in the order the dispatch rule tries them.

@@ -136,17 +136,19 @@ at::Tensor gemm_dact_cuda(const GemmActArgs& args, bool column_sums) {
   return gemm_dact_unfused<activation_backward_cuda>(args, column_sums);
 }
 
-// gemm_glu: the sm90 family's fused kernel where the rule starts at sm90 and
-// it takes the case (no bias; H written beside Y when kept), else the
-// composite (gated.cpp).
+// gemm_glu: a tensor-core family's fused kernel where the rule starts at it
+// and it takes the case (no bias; H written beside Y when kept): sm90's on
+// compute capability 9.0, sm80's where that family is forced (as for
+// gemm_act); else the composite (gated.cpp).
 std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     c10::string_view activation, double negative_slope, bool store_preact) {
-#ifdef GEMM_ACT_WITH_SM90
+#if defined(GEMM_ACT_WITH_SM90) || defined(GEMM_ACT_WITH_SM80)
   check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
+  const std::string first = first_backend()->name;
   if (!bias_gate.has_value() && !bias_up.has_value() && a.numel() > 0 &&
-      std::string(first_backend()->name) == "sm90") {
+      (first == "sm90" || first == "sm80")) {
     const Activation act = parse_activation(activation);
     check_negative_slope(act, negative_slope);
     const c10::cuda::CUDAGuard device_guard(a.device());
@@ -157,8 +159,15 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     at::Tensor h = store_preact ? at::empty({rows, 2 * n}, a.options()) : at::Tensor();
     poison_if_requested(y);
     if (h.defined()) poison_if_requested(h);
-    if (sm90::try_gemm_glu(a_2d, b_gate, b_up, y, h, act, negative_slope,
-                           c10::cuda::getCurrentCUDAStream())) {
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    bool ran = false;
+#ifdef GEMM_ACT_WITH_SM90
+    ran = first == "sm90" && sm90::try_gemm_glu(a_2d, b_gate, b_up, y, h, act, negative_slope, stream);
+#endif
+#ifdef GEMM_ACT_WITH_SM80
+    ran = ran || sm80::try_gemm_glu(a_2d, b_gate, b_up, y, h, act, negative_slope, stream);
+#endif
+    if (ran) {
       std::vector<int64_t> sizes = a.sizes().vec();
       sizes.back() = n;
       at::Tensor y_out = y.view(sizes);

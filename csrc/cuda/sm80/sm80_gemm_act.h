@@ -29,6 +29,15 @@ namespace sm80 {
 // current stream of args' device) when the sm80 kernel can; false otherwise.
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 
+// gemm_glu's fused forward (the testing switch forcing the family, as for
+// gemm_act): y [M, N] = act(a @ b_gate) * (a @ b_up), a [M, K], b_gate and
+// b_up [K, N] K-major with one row stride, no bias; h, when defined, [M, 2N]
+// contiguous, receives both projections side by side. False, having done
+// nothing, where the kernel cannot take the case.
+bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+                  const at::Tensor& y, const at::Tensor& h, Activation activation,
+                  double negative_slope, cudaStream_t stream);
+
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.
 std::optional<std::string> plan(const GemmActArgs& args);

@@ -41,6 +41,11 @@ struct KernelParams {
   int tiles_m = 0, tiles_n = 0;
   int band_rows = 1;  // grouped order (sm80_heuristic.h)
   gpu::EpilogueParams<CudaElement> epi;
+  // gemm_glu (kGlu): b is the weight at the lower address, the other
+  // b_delta elements on; n is both weights' columns; epi.y is Y [m, n / 2],
+  // epi.z H [m, n] or null.
+  int64_t b_delta = 0;
+  bool gate_second = false;  // the gate is the weight at the higher address
 };
 
 namespace detail {
@@ -78,11 +83,52 @@ constexpr int bytes_inside(int elements_left) {
   return elements_left >= 8 ? 16 : elements_left > 0 ? 2 * elements_left : 0;
 }
 
+// gemm_glu's epilogue for one lane's 8 adjacent columns (col, a multiple of
+// 8, of the GEMM's 2N) of one row: weight `half`'s values of a group of 8.
+// The lane pair (even, odd) swaps its values, the even lane stores Y's 8
+// columns act(gate) * up as one 16-byte word, and where H is kept each lane
+// stores its own 8 values in H's gate or up half. A group lies wholly
+// inside N' or outside it.
+template <class Traits, Activation kAct>
+__device__ __forceinline__ void glu_segment(const KernelParams<typename Traits::CudaElement>& p,
+                                            int64_t row, int64_t col, int half, const float (&v)[8]) {
+  using Element = typename Traits::CudaElement;
+  using Num = gpu::Numeric<Element>;
+  float other[8];
+  CUTE_UNROLL
+  for (int j = 0; j < 8; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], 1);
+  if (row >= p.m || col >= p.n) return;
+  const int64_t n_out = p.n / 2;          // Y's width
+  const int64_t y_col = (col / 16) * 8;  // the group's first column of Y
+  gpu::AlignedArray<Element, 8> out;
+  if (half == 0) {
+    CUTE_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const float gate = p.gate_second ? other[j] : v[j];
+      const float up = p.gate_second ? v[j] : other[j];
+      out.v[j] = Num::from_compute(activate<kAct, Element>(gate, p.epi.slope) * up);
+    }
+    gpu::store_global_aligned(p.epi.y + row * n_out + y_col, out);
+  }
+  if (p.epi.z != nullptr) {
+    const bool is_gate = (half == 1) == p.gate_second;
+    CUTE_UNROLL
+    for (int j = 0; j < 8; ++j) out.v[j] = Num::from_compute(v[j]);
+    gpu::store_global_aligned(p.epi.z + row * 2 * n_out + (is_gate ? 0 : n_out) + y_col, out);
+  }
+}
+
 }  // namespace detail
 
-template <class Traits, Activation kAct, BiasKind kBias>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    sm80_gemm_act_kernel(const __grid_constant__ KernelParams<typename Traits::CudaElement> p) {
+namespace detail {
+
+// The kernel's body. With kGlu it computes gemm_glu: B's column n' = 16 g +
+// 8 h + j is column 8 g + j of weight h (the two weights read where they
+// are, through a hierarchical layout), so each 16 columns hold 8 gate and
+// the 8 matching up columns, and the epilogue's lanes 2s and 2s + 1 (a
+// row's adjacent 8-column segments) hold a group's gate and up values.
+template <class Traits, Activation kAct, BiasKind kBias, bool kGlu>
+__device__ __forceinline__ void gemm_body(const KernelParams<typename Traits::CudaElement>& p) {
   using namespace cute;
   using T = typename Traits::Element;
   using TileM = typename Traits::TileM;
@@ -105,13 +151,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // A as (M, K) and B as (N, K), cut into this CTA's k-tiles.
   Tensor mA = make_tensor(make_gmem_ptr(static_cast<const T*>(p.a)), make_shape(p.m, p.k),
                           make_stride(p.lda, _1{}));
-  Tensor mB = make_tensor(make_gmem_ptr(static_cast<const T*>(p.b)), make_shape(p.n, p.k), [&] {
-    if constexpr (kBKMajor) {
-      return make_stride(p.ldb, _1{});
+  Tensor mB = [&] {
+    const auto* b = static_cast<const T*>(p.b);
+    if constexpr (kGlu) {
+      static_assert(kBKMajor, "gemm_glu reads the weights K-major");
+      return make_tensor(make_gmem_ptr(b), make_shape(make_shape(_8{}, _2{}, p.n / 16), p.k),
+                         make_stride(make_stride(p.ldb, p.b_delta, 8 * p.ldb), _1{}));
+    } else if constexpr (kBKMajor) {
+      return make_tensor(make_gmem_ptr(b), make_shape(p.n, p.k), make_stride(p.ldb, _1{}));
     } else {
-      return make_stride(_1{}, p.ldb);
+      return make_tensor(make_gmem_ptr(b), make_shape(p.n, p.k), make_stride(_1{}, p.ldb));
     }
-  }());
+  }();
   Tensor gA = local_tile(mA, make_shape(TileM{}, TileK{}), make_coord(tile_m, _));  // (BM, BK, k_tiles)
   Tensor gB = local_tile(mB, make_shape(TileN{}, TileK{}), make_coord(tile_n, _));  // (BN, BK, k_tiles)
 
@@ -296,10 +347,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const float4 lo = *reinterpret_cast<const float4*>(staged + detail::staged_offset(r, 8 * seg));
       const float4 hi = *reinterpret_cast<const float4*>(staged + detail::staged_offset(r, 8 * seg + 4));
       const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      epilogue.template apply_row_segment<8>(row0 + r, col0 + 8 * seg, v);
+      if constexpr (kGlu) {
+        glu_segment<Traits, kAct>(p, row0 + r, col0 + 8 * seg, seg % 2, v);
+      } else {
+        epilogue.template apply_row_segment<8>(row0 + r, col0 + 8 * seg, v);
+      }
     }
     __syncwarp();  // the reads are done before the next slice overwrites the block
   }
+}
+
+}  // namespace detail
+
+template <class Traits, Activation kAct, BiasKind kBias>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    sm80_gemm_act_kernel(const __grid_constant__ KernelParams<typename Traits::CudaElement> p) {
+  detail::gemm_body<Traits, kAct, kBias, false>(p);
+}
+
+template <class Traits, Activation kAct>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    sm80_gemm_glu_kernel(const __grid_constant__ KernelParams<typename Traits::CudaElement> p) {
+  detail::gemm_body<Traits, kAct, BiasKind::None, true>(p);
 }
 
 }  // namespace sm80

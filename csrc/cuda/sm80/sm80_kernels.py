@@ -32,6 +32,9 @@ class Sm80Config:
     tile_k: int    # K per pipeline stage
     stages: int
     targets: tuple  # ((dtype, b layout), ...)
+    # What the kernel computes: "gemm_act" (the forward) or "gemm_glu" (a
+    # gated MLP's projections and gate: sm80_kernel.cuh with kGlu).
+    op: str = "gemm_act"
 
 
 CONFIGS = (
@@ -41,14 +44,26 @@ CONFIGS = (
     Sm80Config("mma_128x128x32_s4", (128, 128), 32, 4, (BF16_K,)),
     # Half the barriers per MMA of K = 32; needs sm_80/90's larger opt-in.
     Sm80Config("mma_128x256x64_s3", (128, 256), 64, 3, (BF16_K,)),
+    # gemm_glu: the default tile over both weights' columns (K-major:
+    # nn.Linear's weights).
+    Sm80Config("mma_128x256x32_s4_glu", (128, 256), 32, 4, (BF16_K, F16_K), op="gemm_glu"),
 )
+
+# op: (launcher, X-macro listing its kernels).
+OPS = {"gemm_act": ("launch_kernel", "GEMM_ACT_SM80_FOR_EACH_KERNEL"),
+       "gemm_glu": ("launch_glu_kernel", "GEMM_ACT_SM80_FOR_EACH_GLU_KERNEL")}
 
 GENERATED = "Generated from csrc/cuda/sm80/sm80_kernels.py by setup.py; do not edit."
 
 
 def table_header(rows=CONFIGS):
     configs = " \\\n".join(f"  X({r.name}, {r.tile[0]}, {r.tile[1]}, {r.tile_k}, {r.stages})" for r in rows)
-    kernels = " \\\n".join(f"  X({r.name}, {DTYPES[d]}, {LAYOUTS[l]})" for r in rows for d, l in r.targets)
+    lists = "\n".join(
+        f"// X(configuration, Dtype, BLayout) for every compiled {op} kernel: one unit each.\n"
+        f"#define {macro}(X) \\\n" +
+        " \\\n".join(f"  X({r.name}, {DTYPES[d]}, {LAYOUTS[l]})" for r in rows if r.op == op for d, l in r.targets) +
+        "\n"
+        for op, (_, macro) in OPS.items())
     return f"""// {GENERATED}
 #pragma once
 
@@ -56,10 +71,7 @@ def table_header(rows=CONFIGS):
 #define GEMM_ACT_SM80_FOR_EACH_CONFIG(X) \\
 {configs}
 
-// X(configuration, Dtype, BLayout) for every compiled kernel: one unit each.
-#define GEMM_ACT_SM80_FOR_EACH_KERNEL(X) \\
-{kernels}
-"""
+{lists}"""
 
 
 def kernel_unit(r, dtype, layout):
@@ -73,7 +85,7 @@ namespace gemm_act {{
 namespace sm80 {{
 
 #define GEMM_ACT_SM80_INSTANTIATE(e, name, from_y, slope) \\
-  template cudaError_t launch_kernel<{spec}, Activation::e>(const GemmActParams&, cudaStream_t);
+  template cudaError_t {OPS[r.op][0]}<{spec}, Activation::e>(const GemmActParams&, cudaStream_t);
 GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM80_INSTANTIATE)
 #undef GEMM_ACT_SM80_INSTANTIATE
 

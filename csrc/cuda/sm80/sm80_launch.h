@@ -22,5 +22,12 @@ namespace sm80 {
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 cudaError_t launch_kernel(const GemmActParams& p, cudaStream_t stream);
 
+// gemm_glu's fused kernel (a configuration row with op "gemm_glu"): Y =
+// act(A @ B_gate) * (A @ B_up), the weights as p.b and p.c, p.n both
+// weights' columns, H to p.z where not null. Instantiated for
+// GEMM_ACT_SM80_FOR_EACH_GLU_KERNEL.
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+cudaError_t launch_glu_kernel(const GemmActParams& p, cudaStream_t stream);
+
 }  // namespace sm80
 }  // namespace gemm_act

@@ -21,11 +21,11 @@ namespace sm80 {
 
 namespace detail {
 
-// Launches one (activation, bias kind) instance of the kernel.
-template <class Traits, Activation kAct, BiasKind kBias>
+// Launches `kKernel`, one (activation, bias kind) instance of the kernel or
+// of its gemm_glu form.
+template <auto kKernel, class Traits>
 cudaError_t launch(const KernelParams<typename Traits::CudaElement>& kp, int device,
                    cudaStream_t stream) {
-  const auto kernel = sm80_gemm_act_kernel<Traits, kAct, kBias>;
   // More than 48 KiB of dynamic shared memory needs an opt-in, once per
   // device (the attribute lives in the device's context). Its result (no
   // image of this kernel for the device, say) is kept and returned on every
@@ -34,7 +34,7 @@ cudaError_t launch(const KernelParams<typename Traits::CudaElement>& kp, int dev
   static std::once_flag once[kMaxDevices];
   static cudaError_t opt_in[kMaxDevices];
   auto set_smem = [&] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+    return cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   };
   cudaError_t err;
   if (device >= 0 && device < kMaxDevices) {
@@ -47,8 +47,38 @@ cudaError_t launch(const KernelParams<typename Traits::CudaElement>& kp, int dev
     cudaGetLastError();  // not sticky; clear it
     return err;
   }
-  kernel<<<static_cast<unsigned>(kp.tiles_m * kp.tiles_n), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
+  kKernel<<<static_cast<unsigned>(kp.tiles_m * kp.tiles_n), Traits::kThreads, Traits::kSmemBytes, stream>>>(kp);
   return cudaGetLastError();
+}
+
+// The kernel's parameters for `p` (n: the GEMM's width) on the current
+// device, or the error of querying it.
+template <class Traits>
+cudaError_t kernel_params(const GemmActParams& p, KernelParams<typename Traits::CudaElement>& kp,
+                          int& device) {
+  using Element = typename Traits::CudaElement;
+  int sm_count = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  const int64_t tiles_m = ceil_div(p.m, Traits::kTileM);
+  const int64_t tiles_n = ceil_div(p.n, Traits::kTileN);
+  // ops.cpp caps M, N and K at 2^31 - 1, so each fits an int; the grid's
+  // x dimension must hold the tile count (an output of 2^45 elements would
+  // be needed to exceed it).
+  if (tiles_m * tiles_n > INT32_MAX) return cudaErrorInvalidConfiguration;
+  kp.a = p.a;
+  kp.b = p.b;
+  kp.m = static_cast<int>(p.m);
+  kp.n = static_cast<int>(p.n);
+  kp.k = static_cast<int>(p.k);
+  kp.lda = p.a_stride_m;
+  kp.ldb = Traits::kBLayout == BLayout::KMajor ? p.b_stride_n : p.b_stride_k;
+  kp.tiles_m = static_cast<int>(tiles_m);
+  kp.tiles_n = static_cast<int>(tiles_n);
+  kp.band_rows = band_rows(tiles_m, tiles_n, Traits::kTileM, Traits::kTileN, sm_count);
+  kp.epi = gpu::make_epilogue_params<Element>(p);
+  return cudaSuccess;
 }
 
 }  // namespace detail
@@ -56,33 +86,32 @@ cudaError_t launch(const KernelParams<typename Traits::CudaElement>& kp, int dev
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 cudaError_t launch_kernel(const GemmActParams& p, cudaStream_t stream) {
   using Traits = KernelTraits<kConfig, kDtype, kB>;
-  using Element = typename Traits::CudaElement;
-  int device = 0, sm_count = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  KernelParams<typename Traits::CudaElement> kp;
+  int device = 0;
+  cudaError_t err = detail::kernel_params<Traits>(p, kp, device);
   if (err != cudaSuccess) return err;
-
-  const int64_t tiles_m = ceil_div(p.m, Traits::kTileM);
-  const int64_t tiles_n = ceil_div(p.n, Traits::kTileN);
-  // ops.cpp caps M, N and K at 2^31 - 1, so each fits an int; the grid's
-  // x dimension must hold the tile count (an output of 2^45 elements would
-  // be needed to exceed it).
-  if (tiles_m * tiles_n > INT32_MAX) return cudaErrorInvalidConfiguration;
-
-  KernelParams<Element> kp;
-  kp.a = p.a;
-  kp.b = p.b;
-  kp.m = static_cast<int>(p.m);
-  kp.n = static_cast<int>(p.n);
-  kp.k = static_cast<int>(p.k);
-  kp.lda = p.a_stride_m;
-  kp.ldb = kB == BLayout::KMajor ? p.b_stride_n : p.b_stride_k;
-  kp.tiles_m = static_cast<int>(tiles_m);
-  kp.tiles_n = static_cast<int>(tiles_n);
-  kp.band_rows = band_rows(tiles_m, tiles_n, Traits::kTileM, Traits::kTileN, sm_count);
-  kp.epi = gpu::make_epilogue_params<Element>(p);
-  GEMM_ACT_DISPATCH_BIAS(p.bias_kind, err = detail::launch<Traits, kAct, kBias>(kp, device, stream));
+  GEMM_ACT_DISPATCH_BIAS(
+      p.bias_kind, err = (detail::launch<sm80_gemm_act_kernel<Traits, kAct, kBias>, Traits>(kp, device, stream)));
   return err;
+}
+
+// gemm_glu: p.b and p.c are the gate's and the up projection's weights
+// (K-major, row stride b_stride_n), p.n both weights' columns, p.y Y and
+// p.z H (or null).
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+cudaError_t launch_glu_kernel(const GemmActParams& p, cudaStream_t stream) {
+  using Traits = KernelTraits<kConfig, kDtype, kB>;
+  using Element = typename Traits::CudaElement;
+  KernelParams<Element> kp;
+  int device = 0;
+  cudaError_t err = detail::kernel_params<Traits>(p, kp, device);
+  if (err != cudaSuccess) return err;
+  const auto* gate = static_cast<const Element*>(p.b);
+  const auto* up = static_cast<const Element*>(p.c);
+  kp.b = up < gate ? up : gate;
+  kp.b_delta = up < gate ? gate - up : up - gate;
+  kp.gate_second = up < gate;
+  return detail::launch<sm80_gemm_glu_kernel<Traits, kAct>, Traits>(kp, device, stream);
 }
 
 }  // namespace sm80

@@ -26,6 +26,7 @@
 #include "cuda/sm90/sm90_launch.h"
 #include "cuda/sm90/sm90_staging.h"
 #include "cuda/sm90/sm90_tma_rules.h"
+#include "gated.h"
 #include "testing.h"
 
 namespace gemm_act {
@@ -351,21 +352,7 @@ bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tenso
   const std::optional<Dtype> dtype = sm90_dtype(a.scalar_type());
   const int device = a.get_device();
   if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return false;
-  GemmActParams p;
-  p.m = a.size(0);
-  p.k = a.size(1);
-  p.n = 2 * b_gate.size(1);  // the GEMM's width: both weights' columns
-  p.a = a.const_data_ptr();
-  p.a_stride_m = a.stride(0);
-  p.a_stride_k = a.stride(1);
-  p.b = b_gate.const_data_ptr();
-  p.c = b_up.const_data_ptr();  // the up projection's weight, read by the mainloop
-  p.b_stride_k = 1;
-  p.b_stride_n = b_gate.stride(1);
-  p.y = y.data_ptr();
-  p.z = h.defined() ? h.data_ptr() : nullptr;  // the projections, H
-  p.activation = activation;
-  p.negative_slope = negative_slope;
+  const GemmActParams p = fused_glu_params(a, b_gate, b_up, y, h, activation, negative_slope);
   const int64_t align = 16 / element_bytes(*dtype);
   // One rank-4 TMA descriptor reads both weights (sm90_glu_mainloop.cuh):
   // each K-major with the same row stride, both 16-byte aligned, at a
