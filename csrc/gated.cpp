@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checks.h"
 #include "gated.h"
 #include "op_handles.h"
 
@@ -55,12 +56,23 @@ void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Ten
                    "gemm_glu: operands must be floating point, got ", a.scalar_type());
 }
 
-std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(const at::Tensor& a, const at::Tensor& b_gate,
-                                            const at::Tensor& b_up,
-                                            const std::optional<at::Tensor>& bias_gate,
-                                            const std::optional<at::Tensor>& bias_up,
-                                            c10::string_view activation, double negative_slope,
-                                            bool store_preact) {
+std::tuple<at::Tensor, at::Tensor> fused_glu_outputs(const at::Tensor& a, bool store_preact,
+                                                     GemmActParams& p) {
+  at::Tensor y = at::empty({p.m, p.n / 2}, a.options());
+  at::Tensor h = store_preact ? at::empty({p.m, p.n}, a.options()) : at::Tensor();
+  poison_if_requested(y);
+  p.y = y.data_ptr();
+  if (h.defined()) {
+    poison_if_requested(h);
+    p.z = h.data_ptr();
+  }
+  return {y, h};
+}
+
+std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    c10::string_view activation, double negative_slope, bool store_preact) {
   check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
   const c10::SymInt k = b_gate.sym_size(0), n = b_gate.sym_size(1);
   c10::SymInt rows = 1;  // a's leading dimensions flattened (no -1: K may be 0)

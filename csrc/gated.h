@@ -17,13 +17,13 @@ void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Ten
                     const std::optional<at::Tensor>& bias_gate,
                     const std::optional<at::Tensor>& bias_up);
 
-// What a family's fused gemm_glu kernel is given (a [M, K]; b_gate and b_up
-// [K, N], K-major with one row stride; y [M, N]; h [M, 2N] or undefined):
-// the op's parameters with b and c the two weights, n the GEMM's width 2N,
-// y Y and z H. The family checks what its loads and stores need.
+// What a family's fused gemm_glu kernel is given for a [M, K] and b_gate,
+// b_up [K, N] (K-major, one row stride): the op's parameters with b and c
+// the two weights and n the GEMM's width 2N; Y and H (y, z) are the
+// family's to allocate once it takes the case. The family checks what its
+// loads and stores need.
 inline GemmActParams fused_glu_params(const at::Tensor& a, const at::Tensor& b_gate,
-                                      const at::Tensor& b_up, const at::Tensor& y,
-                                      const at::Tensor& h, Activation activation,
+                                      const at::Tensor& b_up, Activation activation,
                                       double negative_slope) {
   GemmActParams p;
   p.m = a.size(0);
@@ -36,12 +36,15 @@ inline GemmActParams fused_glu_params(const at::Tensor& a, const at::Tensor& b_g
   p.c = b_up.const_data_ptr();
   p.b_stride_k = b_gate.stride(0);
   p.b_stride_n = b_gate.stride(1);
-  p.y = y.data_ptr();
-  p.z = h.defined() ? h.data_ptr() : nullptr;
   p.activation = activation;
   p.negative_slope = negative_slope;
   return p;
 }
+
+// Y [M, N] and, with store_preact, H [M, 2N] for a fused gemm_glu kernel,
+// poisoned where the testing switch asks; p.y and p.z set to them.
+std::tuple<at::Tensor, at::Tensor> fused_glu_outputs(const at::Tensor& a, bool store_preact,
+                                                     GemmActParams& p);
 
 std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,

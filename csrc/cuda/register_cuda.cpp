@@ -154,25 +154,25 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     const c10::cuda::CUDAGuard device_guard(a.device());
     check_device_supported(a.get_device());
     const at::Tensor a_2d = a.reshape({-1, a.size(-1)});
-    const int64_t rows = a_2d.size(0), n = b_gate.size(1);
-    at::Tensor y = at::empty({rows, n}, a.options());
-    at::Tensor h = store_preact ? at::empty({rows, 2 * n}, a.options()) : at::Tensor();
-    poison_if_requested(y);
-    if (h.defined()) poison_if_requested(h);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    bool ran = false;
+    std::optional<std::tuple<at::Tensor, at::Tensor>> fused;
 #ifdef GEMM_ACT_WITH_SM90
-    ran = first == "sm90" && sm90::try_gemm_glu(a_2d, b_gate, b_up, y, h, act, negative_slope, stream);
+    if (first == "sm90") {
+      fused = sm90::try_gemm_glu(a_2d, b_gate, b_up, store_preact, act, negative_slope, stream);
+    }
 #endif
 #ifdef GEMM_ACT_WITH_SM80
-    ran = ran || sm80::try_gemm_glu(a_2d, b_gate, b_up, y, h, act, negative_slope, stream);
+    if (!fused.has_value()) {
+      fused = sm80::try_gemm_glu(a_2d, b_gate, b_up, store_preact, act, negative_slope, stream);
+    }
 #endif
-    if (ran) {
+    if (fused.has_value()) {
+      auto [y, h] = std::move(*fused);
       std::vector<int64_t> sizes = a.sizes().vec();
-      sizes.back() = n;
+      sizes.back() = b_gate.size(1);
       at::Tensor y_out = y.view(sizes);
       if (!h.defined()) return {y_out, at::empty({0}, a.options())};
-      sizes.back() = 2 * n;
+      sizes.back() = 2 * b_gate.size(1);
       return {y_out, h.view(sizes)};
     }
   }

@@ -200,31 +200,31 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
   return true;
 }
 
-bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
-                  const at::Tensor& y, const at::Tensor& h, Activation activation,
-                  double negative_slope, cudaStream_t stream) {
+std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
+    Activation activation, double negative_slope, cudaStream_t stream) {
   if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2 || !forced_here()) {
-    return false;
+    return std::nullopt;
   }
   const std::optional<Dtype> dtype = sm80_dtype(a.scalar_type());
   const int device = a.get_device();
   const DeviceInfo& info = device_info(device);
-  if (!dtype.has_value() || info.major < 8) return false;
-  const GemmActParams p = fused_glu_params(a, b_gate, b_up, y, h, activation, negative_slope);
+  if (!dtype.has_value() || info.major < 8) return std::nullopt;
+  GemmActParams p = fused_glu_params(a, b_gate, b_up, activation, negative_slope);
   // The kernel reads each weight's rows in 16-byte vectors from where they
   // are: both K-major with one row stride, both 16-byte aligned, apart by a
   // multiple of 16 bytes; Y and H are written 8 columns at a time.
   const int64_t delta_bytes = std::llabs(static_cast<const char*>(p.c) - static_cast<const char*>(p.b));
-  const bool weights_fit = b_gate.stride(0) == 1 && b_up.stride(0) == 1 &&
+  const bool weights_fit = p.b_stride_k == 1 && b_up.stride(0) == 1 &&
                            b_up.stride(1) == p.b_stride_n && p.b_stride_n % kVector == 0 &&
                            aligned16(p.b) && aligned16(p.c) && delta_bytes != 0 && delta_bytes % 16 == 0;
   const KernelConfig config = KernelConfig::mma_128x256x32_s4_glu;
   if (p.m <= 0 || p.k <= 0 || (p.n / 2) % kVector != 0 || !weights_fit || !a_fits(p) ||
-      !y.is_contiguous() || !aligned16(p.y) || (p.z != nullptr && !(h.is_contiguous() && aligned16(p.z))) ||
       !is_compiled_glu(config, *dtype, BLayout::KMajor) || !fits(config, info.limits)) {
-    return false;
+    return std::nullopt;
   }
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  auto outputs = fused_glu_outputs(a, store_preact, p);  // fresh: contiguous and aligned
   cudaError_t err = cudaSuccess;
 #define GEMM_ACT_SM80_GLU_CASE(C, D, L)                                                            \
   if (config == KernelConfig::C && *dtype == Dtype::D && BLayout::L == BLayout::KMajor) {          \
@@ -233,11 +233,11 @@ bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tenso
   }
   GEMM_ACT_SM80_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM80_GLU_CASE)
 #undef GEMM_ACT_SM80_GLU_CASE
-  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) return false;
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) return std::nullopt;
   TORCH_CHECK(err == cudaSuccess, "gemm_glu: the sm80 kernel ", config_name(config), " (",
               dtype_name(*dtype), ", activation '", activation_name(activation),
               "') failed: ", cudaGetErrorString(err));
-  return true;
+  return outputs;
 }
 
 std::vector<KernelInfo> compiled_kernels() {

@@ -17,6 +17,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend_args.h"
@@ -29,14 +30,12 @@ namespace sm80 {
 // current stream of args' device) when the sm80 kernel can; false otherwise.
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 
-// gemm_glu's fused forward (the testing switch forcing the family, as for
-// gemm_act): y [M, N] = act(a @ b_gate) * (a @ b_up), a [M, K], b_gate and
-// b_up [K, N] K-major with one row stride, no bias; h, when defined, [M, 2N]
-// contiguous, receives both projections side by side. False, having done
-// nothing, where the kernel cannot take the case.
-bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
-                  const at::Tensor& y, const at::Tensor& h, Activation activation,
-                  double negative_slope, cudaStream_t stream);
+// gemm_glu's fused forward where the testing switch forces the family (as
+// for gemm_act): as sm90::try_gemm_glu (sm90_gemm_act.h), on any GPU from
+// sm_80 on.
+std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
+    Activation activation, double negative_slope, cudaStream_t stream);
 
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.

@@ -345,40 +345,41 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 // weights at small M) run gemm_glu: the fused kernel's tiles are 128 rows.
 constexpr int64_t kMinGluRows = 256;
 
-bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
-                  const at::Tensor& y, const at::Tensor& h, Activation activation,
-                  double negative_slope, cudaStream_t stream) {
-  if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2) return false;
+std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
+    Activation activation, double negative_slope, cudaStream_t stream) {
+  if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2) return std::nullopt;
   const std::optional<Dtype> dtype = sm90_dtype(a.scalar_type());
   const int device = a.get_device();
-  if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return false;
-  const GemmActParams p = fused_glu_params(a, b_gate, b_up, y, h, activation, negative_slope);
+  if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return std::nullopt;
+  GemmActParams p = fused_glu_params(a, b_gate, b_up, activation, negative_slope);
   const int64_t align = 16 / element_bytes(*dtype);
   // One rank-4 TMA descriptor reads both weights (sm90_glu_mainloop.cuh):
   // each K-major with the same row stride, both 16-byte aligned, at a
   // distance TMA can stride (a multiple of 16 bytes, nonzero, below 2^40).
   const int64_t delta_bytes = std::llabs(static_cast<const char*>(p.c) - static_cast<const char*>(p.b));
-  const bool weights_fit = b_gate.stride(0) == 1 && b_up.stride(0) == 1 &&
+  const bool weights_fit = p.b_stride_k == 1 && b_up.stride(0) == 1 &&
                            b_up.stride(1) == p.b_stride_n && p.b_stride_n % align == 0 &&
                            p.b_stride_n >= p.k && aligned16(p.b) && aligned16(p.c) &&
                            delta_bytes != 0 && delta_bytes % 16 == 0 && delta_bytes < (int64_t{1} << 40);
   if (p.m <= 0 || p.k <= 0 || (p.n / 2) % 8 != 0 || !weights_fit || !a_fits_tma(p, align) ||
-      !y.is_contiguous() || !aligned16(p.y) || (p.z != nullptr && !(h.is_contiguous() && aligned16(p.z))) ||
       (p.m < kMinGluRows && !forced_here())) {
-    return false;
+    return std::nullopt;
   }
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  auto outputs = fused_glu_outputs(a, store_preact, p);  // fresh: contiguous and aligned
   Workspace workspace{a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
   choose_launch(p, *dtype, BLayout::KMajor, la);  // the tile order; the configuration is gemm_glu's
   la.config = KernelConfig::cooperative_128x256_c1x2_glu;
-  if (!is_compiled(la.config, *dtype, BLayout::KMajor)) return false;
+  TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
+              config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
   const LaunchResult result = launch(la.config, *dtype, BLayout::KMajor, activation, la);
-  if (result.status == LaunchStatus::kNotImplementable) return false;
+  if (result.status == LaunchStatus::kNotImplementable) return std::nullopt;
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' failed at ", result.what, ": ",
               result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
-  return true;
+  return outputs;
 }
 
 std::vector<KernelInfo> compiled_kernels() {

@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend_args.h"
@@ -32,15 +33,15 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 // there too: reduced per tile in the kernel's epilogue, then added up.
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
-// gemm_glu's fused forward: y [M, N] = act(a @ b_gate) * (a @ b_up) with a
-// [M, K] and b_gate, b_up [K, N] (weights' transposes, K-major, one row
-// stride), no bias, on the fused kernel when it can (compute capability
-// 9.0, fp16/bf16, N a multiple of 8, what TMA can read); false, having done
-// nothing, otherwise. y is contiguous; h, when defined, [M, 2N] contiguous,
-// receives the two projections side by side (gemm_glu's H).
-bool try_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
-                  const at::Tensor& y, const at::Tensor& h, Activation activation,
-                  double negative_slope, cudaStream_t stream);
+// gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate) *
+// (a @ b_up), a [M, K], b_gate and b_up [K, N] (weights' transposes,
+// K-major, one row stride), no bias, and H [M, 2N] both projections side
+// by side where store_preact (else undefined), on the fused kernel when it
+// can (compute capability 9.0, fp16/bf16, N a multiple of 8, what TMA can
+// read); nothing, having allocated nothing, otherwise.
+std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
+    Activation activation, double negative_slope, cudaStream_t stream);
 
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.
