@@ -25,64 +25,32 @@
 #include "cuda/sm90/sm90_config.cuh"
 #include "cuda/sm90/sm90_cutlass.cuh"
 #include "cuda/sm90/sm90_glu_mainloop.cuh"
+#include "cuda/sm90/sm90_register_leaf.cuh"
 #include "gemm_act.h"
 
 namespace gemm_act {
 namespace sm90 {
 namespace detail {
 
+template <class Element>
+struct GluStoreArguments {
+  Element* y = nullptr;
+  int64_t ldy = 0;
+  bool gate_second = false;  // the gate is weight 1, at the higher address
+  float negative_slope = 0.01f;
+  // Where not null, the projections too, as the composite's H [M, 2 ldy]:
+  // the gate's in its first ldy columns, the up projection's after them.
+  Element* h = nullptr;
+};
+
 template <class Element, Activation kAct>
-struct GluStore {
+struct GluStore : RegisterLeaf<GluStoreArguments<Element>> {
+  using Base = RegisterLeaf<GluStoreArguments<Element>>;
+  using typename Base::Params;
+  using Base::Base;
+  using Base::params_ptr;
   // What the collective sizes its (unused) D buffers by when D is void.
   using ElementAux = Element;
-
-  struct SharedStorage {};
-
-  struct Arguments {
-    Element* y = nullptr;
-    int64_t ldy = 0;
-    bool gate_second = false;  // the gate is weight 1, at the higher address
-    float negative_slope = 0.01f;
-    // Where not null, the projections too, as the composite's H [M, 2 ldy]:
-    // the gate's in its first ldy columns, the up projection's after them.
-    Element* h = nullptr;
-  };
-
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.y != nullptr;
-  }
-
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*,
-                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-
-  CUTLASS_HOST_DEVICE GluStore() {}
-  CUTLASS_HOST_DEVICE GluStore(Params const& params, SharedStorage const&) : params_ptr(&params) {}
-
-  Params const* params_ptr = nullptr;
-
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(fusion::ProducerLoadArgs<Args...> const&) {
-    return fusion::EmptyProducerLoadCallbacks{};
-  }
 
   template <class CTensor, class Residue>
   struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cuda/sm90/sm90_cutlass.cuh"
+#include "cuda/sm90/sm90_register_leaf.cuh"
 
 namespace gemm_act {
 namespace sm90 {
@@ -13,54 +14,17 @@ namespace detail {
 // the residue predicate (no shared memory, no TMA, any strides and alignment),
 // one epilogue subtile at a time at the start of that subtile.
 template <class Element>
-struct GmemSourceFetch {
-  struct SharedStorage {};
+struct GmemSourceFetchArguments {
+  Element const* ptr = nullptr;  // null: no C
+  int64_t stride_m = 0;
+  int64_t stride_n = 0;
+};
 
-  struct Arguments {
-    Element const* ptr = nullptr;  // null: no C
-    int64_t stride_m = 0;
-    int64_t stride_n = 0;
-  };
-
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args,
-                                                  void*) {
-    return args;
-  }
-
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const&) {
-    return true;
-  }
-
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*,
-                                              cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-
-  CUTLASS_HOST_DEVICE GmemSourceFetch() {}
-
-  CUTLASS_HOST_DEVICE GmemSourceFetch(Params const& params, SharedStorage const&)
-      : params_ptr(&params) {}
-
-  Params const* params_ptr = nullptr;
-
-  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
-  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
-
-  template <class... Args>
-  CUTLASS_DEVICE auto get_producer_load_callbacks(fusion::ProducerLoadArgs<Args...> const&) {
-    return fusion::EmptyProducerLoadCallbacks{};
-  }
+template <class Element>
+struct GmemSourceFetch : RegisterLeaf<GmemSourceFetchArguments<Element>> {
+  using Base = RegisterLeaf<GmemSourceFetchArguments<Element>>;
+  using Base::Base;
+  using Base::params_ptr;
 
   template <class GTensor, class CTensor, class Residue, class RTensor>
   struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
