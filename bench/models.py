@@ -39,6 +39,9 @@ CASES = {
     "small_mlp_fp32": (6, 512, 256, 1024, "relu", "float32"),
     # Llama-7B's MLP as transformers writes it: down(silu(gate(x)) * up(x)), no biases.
     "llama_swiglu_mlp": (2, 4096, 4096, 11008, "swiglu", "bfloat16"),
+    # timm's GluMlp as SwiGLUPacked configures it (both projections one Linear
+    # with biases, split by chunk), at a ViT-L width and a hidden size of 8/3.
+    "timm_glu_packed_mlp": (4, 12608, 1024, 2816, "swiglu_packed", "bfloat16"),
 }
 # Normwise tolerance of the fused model against eager (max |diff| / max |eager|).
 # A row whose error exceeds it is still correct where the fused model is
@@ -65,6 +68,23 @@ def gated_mlp(d_model, d_hidden):
     return GatedMLP()
 
 
+def packed_glu_mlp(d_model, d_hidden):
+    """timm's GluMlp with SwiGLUPacked's settings (gate first), written out."""
+    from torch import nn
+
+    class PackedGluMlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(d_model, 2 * d_hidden)
+            self.act = nn.SiLU()
+            self.fc2 = nn.Linear(d_hidden, d_model)
+
+        def forward(self, x):
+            x1, x2 = self.fc1(x).chunk(2, dim=-1)
+            return self.fc2(self.act(x1) * x2)
+    return PackedGluMlp()
+
+
 def activation_module(name):
     from torch import nn
     return {"gelu_tanh": lambda: nn.GELU(approximate="tanh"), "gelu": nn.GELU, "relu": nn.ReLU}[name]()
@@ -85,6 +105,8 @@ def build(case, device, dry_run):
     for _ in range(blocks):
         if act == "swiglu":
             layers.append(gated_mlp(d_model, d_hidden))
+        elif act == "swiglu_packed":
+            layers.append(packed_glu_mlp(d_model, d_hidden))
         else:
             layers += [nn.Linear(d_model, d_hidden), activation_module(act), nn.Linear(d_hidden, d_model)]
     eager = nn.Sequential(*layers).to(device=device, dtype=dtype)

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <cstdint>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -54,6 +55,17 @@ void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Ten
   }
   TORCH_CHECK_TYPE(at::isFloatingType(a.scalar_type()),
                    "gemm_glu: operands must be floating point, got ", a.scalar_type());
+}
+
+bool fused_glu_biases_fit(const std::optional<at::Tensor>& bias_gate,
+                          const std::optional<at::Tensor>& bias_up) {
+  for (const std::optional<at::Tensor>* bias : {&bias_gate, &bias_up}) {
+    if (bias->has_value() &&
+        !((*bias)->is_contiguous() && reinterpret_cast<uintptr_t>((*bias)->const_data_ptr()) % 16 == 0)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_glu_outputs(const at::Tensor& a, bool store_preact,

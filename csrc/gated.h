@@ -17,14 +17,22 @@ void check_gemm_glu(const at::Tensor& a, const at::Tensor& b_gate, const at::Ten
                     const std::optional<at::Tensor>& bias_gate,
                     const std::optional<at::Tensor>& bias_up);
 
-// What a family's fused gemm_glu kernel is given for a [M, K] and b_gate,
-// b_up [K, N] (K-major, one row stride): the op's parameters with b and c
-// the two weights and n the GEMM's width 2N; Y and H (y, z) are the
-// family's to allocate once it takes the case. The family checks what its
-// loads and stores need.
+// Whether gemm_glu's biases are as the fused kernels read them: each
+// absent, or contiguous and 16-byte aligned.
+bool fused_glu_biases_fit(const std::optional<at::Tensor>& bias_gate,
+                          const std::optional<at::Tensor>& bias_up);
+
+// What a family's fused gemm_glu kernel is given for a [M, K], b_gate, b_up
+// [K, N] (K-major, one row stride) and the biases (fused_glu_biases_fit):
+// the op's parameters with b and c the two weights, bias and bias_up their
+// biases (null where absent) and n the GEMM's width 2N; Y and H (y, z) are
+// the family's to allocate once it takes the case. The family checks what
+// its loads and stores need.
 inline GemmActParams fused_glu_params(const at::Tensor& a, const at::Tensor& b_gate,
-                                      const at::Tensor& b_up, Activation activation,
-                                      double negative_slope) {
+                                      const at::Tensor& b_up,
+                                      const std::optional<at::Tensor>& bias_gate,
+                                      const std::optional<at::Tensor>& bias_up,
+                                      Activation activation, double negative_slope) {
   GemmActParams p;
   p.m = a.size(0);
   p.k = a.size(1);
@@ -36,6 +44,8 @@ inline GemmActParams fused_glu_params(const at::Tensor& a, const at::Tensor& b_g
   p.c = b_up.const_data_ptr();
   p.b_stride_k = b_gate.stride(0);
   p.b_stride_n = b_gate.stride(1);
+  p.bias = bias_gate.has_value() ? bias_gate->const_data_ptr() : nullptr;
+  p.bias_up = bias_up.has_value() ? bias_up->const_data_ptr() : nullptr;
   p.activation = activation;
   p.negative_slope = negative_slope;
   return p;

@@ -60,6 +60,9 @@ struct GemmActParams {
   const void* b = nullptr;
   const void* c = nullptr;     // null: no beta * C term (also when beta == 0)
   const void* bias = nullptr;  // contiguous, bias_kind says how it broadcasts
+  // gemm_glu's fused kernels only (gated.h): the up projection's bias, bias
+  // being the gate's; each [N / 2] contiguous, or null for none.
+  const void* bias_up = nullptr;
   int64_t m = 0, n = 0, k = 0;
   int64_t a_stride_m = 0, a_stride_k = 0;
   int64_t b_stride_k = 0, b_stride_n = 0;

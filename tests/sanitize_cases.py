@@ -100,8 +100,9 @@ def run_cases(only_bf16_weight_t, small):
                 count += 1
     # gemm_glu's fused kernels (each family forced: below 256 rows the rule
     # sends it to the composite, and the sm80 family runs only forced), with
-    # and without H: ragged M and N (a multiple of 8, not of the tile), the
-    # weights two tensors or the halves of one, in either order.
+    # and without H, with and without biases: ragged M and N (a multiple of
+    # 8, not of the tile), the weights (and biases) two tensors or the
+    # halves of one, in either order.
     capability = torch.cuda.get_device_capability()
     families = [f for f, runs in (("sm90", capability == (9, 0)), ("sm80", capability[0] >= 8))
                 if runs and f in tga.testing.cuda_backends()]
@@ -111,11 +112,17 @@ def run_cases(only_bf16_weight_t, small):
                 for m, k, n in ((136, 72, 200), (17, 64, 24)):
                     a = torch.randn(m, k, device=dev, dtype=dtype)
                     packed = torch.randn(2 * n, k, device=dev, dtype=dtype)
+                    packed_bias = torch.randn(2 * n, device=dev, dtype=dtype)
                     apart = [torch.randn(n, k, device=dev, dtype=dtype) for _ in range(2)]
-                    for gate, up in (apart, (packed[:n], packed[n:]), (packed[n:], packed[:n])):
+                    apart_bias = [torch.randn(n, device=dev, dtype=dtype) for _ in range(2)]
+                    for (gate, up), biases in ((apart, apart_bias),
+                                               ((packed[:n], packed[n:]), (packed_bias[:n], packed_bias[n:])),
+                                               ((packed[n:], packed[:n]), (packed_bias[n:], packed_bias[:n]))):
                         for keep_h in (False, True):
-                            tga.gemm_glu(a, gate.t(), up.t(), activation="swiglu", return_preact=keep_h)
-                            count += 1
+                            for bias_gate, bias_up in ((None, None), biases):
+                                tga.gemm_glu(a, gate.t(), up.t(), bias_gate, bias_up,
+                                             activation="swiglu", return_preact=keep_h)
+                                count += 1
     # The gated activation's passes: N a multiple of the 16-byte width or
     # not, h starting on a 16-byte boundary or not.
     for dtype in (torch.bfloat16, torch.float32):

@@ -1,7 +1,7 @@
-"""gemm_glu's fused sm90 kernel (both projections and the gate in one GEMM,
-the weights read where they are): its results against float64 wherever it
-runs, that it does run where the rule sends it, and that every other case
-still gets the composite's results."""
+"""gemm_glu's fused kernels (both projections, their biases and the gate in
+one GEMM, the weights read where they are): their results against float64
+wherever they run, that they do run where the rule sends the case, and that
+every other case still gets the composite's results."""
 
 import pytest
 import torch
@@ -46,27 +46,42 @@ def _fused_expected():
     return _rule_starts_at_sm90() or (_backend() == "sm80" and _has_sm80())
 
 
-def _weights(kind, n, k, dtype):
-    """Gate and up weights [N, K]: two tensors, or the halves of one in
-    either order (the gate below or above the up projection)."""
-    scale = 1.0 / k ** 0.5
+def _halves(kind, shape, scale, dtype):
+    """Gate's and up's tensors of `shape`: two tensors, or the halves of one
+    in either order (the gate's below or above the up projection's), as a
+    model that packs both projections in one Linear holds them."""
+    n = shape[0]
     if kind == "apart":
-        return [torch.randn(n, k, device="cuda", dtype=dtype) * scale for _ in range(2)]
-    packed = torch.randn(2 * n, k, device="cuda", dtype=dtype) * scale
+        return [torch.randn(shape, device="cuda", dtype=dtype) * scale for _ in range(2)]
+    packed = torch.randn((2 * n, *shape[1:]), device="cuda", dtype=dtype) * scale
     return (packed[:n], packed[n:]) if kind == "gate_first" else (packed[n:], packed[:n])
+
+
+def _weights(kind, n, k, dtype):
+    """Gate and up weights [N, K] (_halves)."""
+    return _halves(kind, (n, k), 1.0 / k ** 0.5, dtype)
+
+
+def _biases(kind, n, dtype, which):
+    """Gate and up biases [N] packed as the weights are (_halves): both,
+    only the one named, or neither."""
+    bg, bu = _halves(kind, (n,), 1.0, dtype)
+    return (bg if which in ("both", "gate") else None, bu if which in ("both", "up") else None)
 
 
 @requires_cuda
 @pytest.mark.parametrize("activation", GATED)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kind", ["apart", "gate_first", "up_first"])
-def test_fused_gemm_glu_matches_float64_cuda(activation, dtype, kind):
+@pytest.mark.parametrize("bias", ["none", "both", "up"])
+def test_fused_gemm_glu_matches_float64_cuda(activation, dtype, kind, bias):
     m, k, n = 520, 136, 392  # ragged against the 128 x 256 tile, N a multiple of 8
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     wg, wu = _weights(kind, n, k, dtype)
-    y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation=activation))
+    bg, bu = _biases(kind, n, dtype, bias)
+    y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation=activation))
     assert fused == _fused_expected()
-    y_ref, _ = _reference64(a, wg, wu, None, None, activation)
+    y_ref, _ = _reference64(a, wg, wu, bg, bu, activation)
     assert y.shape == (m, n) and y.dtype == dtype
     _close(y, y_ref, dtype)
 
@@ -90,13 +105,18 @@ def test_fused_gemm_glu_small_m_when_forced_cuda(m):
 
 @requires_cuda
 @pytest.mark.parametrize("case", ["bias", "preact", "n_not_8", "grad", "same_weight", "row_major_b",
-                                  "batched"])
+                                  "batched", "bias_strided", "bias_unaligned"])
 def test_gemm_glu_takes_the_fused_kernel_or_the_composite_by_case_cuda(case):
-    """Which cases the fused kernel takes (a batch, H kept, a backward to
-    follow) and which it leaves to the composite (a bias, N not a multiple
-    of 8, one weight for both, a row-major B), each right either way."""
+    """Which cases the fused kernel takes (biases, a batch, H kept, a
+    backward to follow) and which it leaves to the composite (N not a
+    multiple of 8, one weight for both, a row-major B, a bias not contiguous
+    or not 16-byte aligned), each right either way."""
     m, k, n = 512, 64, 13 if case == "n_not_8" else 24
-    a, wg, wu, bg, bu = _operands(m, k, n, torch.bfloat16, "cuda", bias=case == "bias")
+    a, wg, wu, bg, bu = _operands(m, k, n, torch.bfloat16, "cuda", bias=case.startswith("bias"))
+    if case == "bias_strided":
+        bu = torch.stack([bu, torch.randn_like(bu)], -1)[:, 0]
+    if case == "bias_unaligned":
+        bg = torch.cat([torch.randn_like(bg[:1]), bg])[1:]
     if case == "same_weight":
         wu = wg
     if case == "batched":
@@ -109,34 +129,50 @@ def test_gemm_glu_takes_the_fused_kernel_or_the_composite_by_case_cuda(case):
         else (tga.gemm_glu(a, b_gate, b_up, bg, bu),))
     # The fused kernel flattens a batch's rows and writes H where it is kept
     # (return_preact, or for the backward); the other cases are the composite's.
-    assert fused == (case in ("batched", "preact", "grad") and _fused_expected())
+    assert fused == (case in ("bias", "batched", "preact", "grad") and _fused_expected())
     y_ref, _ = _reference64(a.reshape(m, k), wg, wu, bg, bu, "swiglu")
     _close(y.reshape(m, n), y_ref, torch.bfloat16)
+
+
+def _check_training(y, h, a, wg, wu, bg, bu, activation):
+    """H as a fused kernel wrote it (the projections and their biases,
+    rounded once) against float64, and every gradient of y's backward from
+    it: the gated pass's, then the GEMMs' and the biases' sums."""
+    y_ref, h_ref = _reference64(a, wg, wu, bg, bu, activation)
+    _close(y, y_ref, torch.bfloat16)
+    _close(h, h_ref, torch.bfloat16)
+    gy = torch.randn_like(y)
+    y.backward(gy)
+    g, u = (part.detach().double().cpu().requires_grad_(True) for part in h.chunk(2, -1))
+    (torch_twin(tga.GATED[activation])(g) * u).backward(gy.double().cpu())
+    d = [t.detach().double().cpu() for t in (a, wg, wu)]
+    grads = {a: g.grad @ d[1] + u.grad @ d[2], wg: g.grad.t() @ d[0], wu: u.grad.t() @ d[0],
+             bg: g.grad.sum(0), bu: u.grad.sum(0)}
+    for tensor, expected in grads.items():
+        if tensor is not None:
+            _close(tensor.grad, expected, torch.bfloat16, normwise=True)
+
+
+def _trainable(kind, m, k, n, bias):
+    """a, the weights and the biases (_biases's `bias`) of a training case,
+    each a leaf that takes a gradient."""
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    params = (*_weights(kind, n, k, torch.bfloat16), *_biases(kind, n, torch.bfloat16, bias))
+    return (a, *(None if t is None else t.detach().requires_grad_(True) for t in params))
 
 
 @requires_cuda
 @pytest.mark.parametrize("activation", ["swiglu", "geglu", "reglu"])
 @pytest.mark.parametrize("kind", ["apart", "up_first"])
-def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind):
-    """H as the fused kernel writes it (the projections, rounded once), and
-    every gradient from it against float64."""
-    m, k, n = 520, 136, 392
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    wg, wu = (w.detach().requires_grad_(True) for w in _weights(kind, n, k, torch.bfloat16))
-    gy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+@pytest.mark.parametrize("bias", ["none", "both"])
+def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind, bias):
+    """H as the fused kernel writes it, and every gradient from it, against
+    float64."""
+    a, wg, wu, bg, bu = _trainable(kind, 520, 136, 392, bias)
     (y, h), fused = _fused_kernel_ran(
-        lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation=activation, return_preact=True))
+        lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation=activation, return_preact=True))
     assert fused == _fused_expected()
-    y_ref, h_ref = _reference64(a, wg, wu, None, None, activation)
-    _close(y, y_ref, torch.bfloat16)
-    _close(h, h_ref, torch.bfloat16)
-    y.backward(gy)
-    g, u = (part.detach().double().cpu().requires_grad_(True) for part in h.chunk(2, -1))
-    (torch_twin(tga.GATED[activation])(g) * u).backward(gy.double().cpu())
-    d = [t.detach().double().cpu() for t in (a, wg, wu)]
-    ref = [g.grad @ d[1] + u.grad @ d[2], g.grad.t() @ d[0], u.grad.t() @ d[0]]
-    for got, expected in zip((a.grad, wg.grad, wu.grad), ref):
-        _close(got, expected, torch.bfloat16, normwise=True)
+    _check_training(y, h, a, wg, wu, bg, bu, activation)
 
 
 @requires_cuda
@@ -155,30 +191,19 @@ def test_fused_gemm_glu_follows_the_weights_cuda():
 @requires_cuda
 @pytest.mark.parametrize("kind", ["apart", "up_first"])
 @pytest.mark.parametrize("m", [17, 520])
-def test_sm80_fused_gemm_glu_matches_float64_cuda(kind, m):
+@pytest.mark.parametrize("bias", ["none", "both", "gate"])
+def test_sm80_fused_gemm_glu_matches_float64_cuda(kind, m, bias):
     """The sm80 family's fused kernel, forced (as the family runs today), on
     any GPU from sm_80 on: Y, H and every gradient against float64."""
     if not _has_sm80():
         pytest.skip("needs the sm80 family and a GPU from sm_80 on")
-    k, n = 136, 392
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    wg, wu = (w.detach().requires_grad_(True) for w in _weights(kind, n, k, torch.bfloat16))
+    a, wg, wu, bg, bu = _trainable(kind, m, 136, 392, bias)
     with tga.testing.override(cuda_backend="sm80"):
         with torch.no_grad():
-            y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation="geglu"))
+            y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation="geglu"))
         assert fused
-        _close(y, _reference64(a, wg, wu, None, None, "geglu")[0], torch.bfloat16)
+        _close(y, _reference64(a, wg, wu, bg, bu, "geglu")[0], torch.bfloat16)
         (y, h), fused = _fused_kernel_ran(
-            lambda: tga.gemm_glu(a, wg.t(), wu.t(), activation="geglu", return_preact=True))
+            lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation="geglu", return_preact=True))
     assert fused
-    y_ref, h_ref = _reference64(a, wg, wu, None, None, "geglu")
-    _close(y, y_ref, torch.bfloat16)
-    _close(h, h_ref, torch.bfloat16)
-    gy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    y.backward(gy)
-    g, u = (part.detach().double().cpu().requires_grad_(True) for part in h.chunk(2, -1))
-    (torch_twin("gelu")(g) * u).backward(gy.double().cpu())
-    d = [t.detach().double().cpu() for t in (a, wg, wu)]
-    ref = [g.grad @ d[1] + u.grad @ d[2], g.grad.t() @ d[0], u.grad.t() @ d[0]]
-    for got, expected in zip((a.grad, wg.grad, wu.grad), ref):
-        _close(got, expected, torch.bfloat16, normwise=True)
+    _check_training(y, h, a, wg, wu, bg, bu, "geglu")

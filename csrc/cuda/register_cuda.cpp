@@ -137,7 +137,7 @@ at::Tensor gemm_dact_cuda(const GemmActArgs& args, bool column_sums) {
 }
 
 // gemm_glu: a tensor-core family's fused kernel where the rule starts at it
-// and it takes the case (no bias; H written beside Y when kept): sm90's on
+// and it takes the case (H written beside Y when kept): sm90's on
 // compute capability 9.0, sm80's where that family is forced (as for
 // gemm_act); else the composite (gated.cpp).
 std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
@@ -147,7 +147,7 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
 #if defined(GEMM_ACT_WITH_SM90) || defined(GEMM_ACT_WITH_SM80)
   check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
   const std::string first = first_backend()->name;
-  if (!bias_gate.has_value() && !bias_up.has_value() && a.numel() > 0 &&
+  if (fused_glu_biases_fit(bias_gate, bias_up) && a.numel() > 0 &&
       (first == "sm90" || first == "sm80")) {
     const Activation act = parse_activation(activation);
     check_negative_slope(act, negative_slope);
@@ -158,12 +158,14 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     std::optional<std::tuple<at::Tensor, at::Tensor>> fused;
 #ifdef GEMM_ACT_WITH_SM90
     if (first == "sm90") {
-      fused = sm90::try_gemm_glu(a_2d, b_gate, b_up, store_preact, act, negative_slope, stream);
+      fused = sm90::try_gemm_glu(a_2d, b_gate, b_up, bias_gate, bias_up, store_preact, act,
+                                   negative_slope, stream);
     }
 #endif
 #ifdef GEMM_ACT_WITH_SM80
     if (!fused.has_value()) {
-      fused = sm80::try_gemm_glu(a_2d, b_gate, b_up, store_preact, act, negative_slope, stream);
+      fused = sm80::try_gemm_glu(a_2d, b_gate, b_up, bias_gate, bias_up, store_preact, act,
+                                   negative_slope, stream);
     }
 #endif
     if (fused.has_value()) {

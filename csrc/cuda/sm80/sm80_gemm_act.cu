@@ -201,8 +201,9 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {
 }
 
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
-    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
-    Activation activation, double negative_slope, cudaStream_t stream) {
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    bool store_preact, Activation activation, double negative_slope, cudaStream_t stream) {
   if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2 || !forced_here()) {
     return std::nullopt;
   }
@@ -210,7 +211,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   const int device = a.get_device();
   const DeviceInfo& info = device_info(device);
   if (!dtype.has_value() || info.major < 8) return std::nullopt;
-  GemmActParams p = fused_glu_params(a, b_gate, b_up, activation, negative_slope);
+  GemmActParams p = fused_glu_params(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope);
   // The kernel reads each weight's rows in 16-byte vectors from where they
   // are: both K-major with one row stride, both 16-byte aligned, apart by a
   // multiple of 16 bytes; Y and H are written 8 columns at a time.

@@ -34,8 +34,9 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 // for gemm_act): as sm90::try_gemm_glu (sm90_gemm_act.h), on any GPU from
 // sm_80 on.
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
-    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
-    Activation activation, double negative_slope, cudaStream_t stream);
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    bool store_preact, Activation activation, double negative_slope, cudaStream_t stream);
 
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.

@@ -43,9 +43,10 @@ struct KernelParams {
   gpu::EpilogueParams<CudaElement> epi;
   // gemm_glu (kGlu): b is the weight at the lower address, the other
   // b_delta elements on; n is both weights' columns; epi.y is Y [m, n / 2],
-  // epi.z H [m, n] or null.
+  // epi.z H [m, n] or null; glu_bias[h] weight h's bias [n / 2] or null.
   int64_t b_delta = 0;
   bool gate_second = false;  // the gate is the weight at the higher address
+  const CudaElement* glu_bias[2] = {nullptr, nullptr};
 };
 
 namespace detail {
@@ -84,22 +85,27 @@ constexpr int bytes_inside(int elements_left) {
 }
 
 // gemm_glu's epilogue for one lane's 8 adjacent columns (col, a multiple of
-// 8, of the GEMM's 2N) of one row: weight `half`'s values of a group of 8.
-// The lane pair (even, odd) swaps its values, the even lane stores Y's 8
+// 8, of the GEMM's 2N) of one row: weight `half`'s values of a group of 8,
+// to which the lane adds that weight's bias. The lane pair (even, odd)
+// swaps its values, the even lane stores Y's 8
 // columns act(gate) * up as one 16-byte word, and where H is kept each lane
 // stores its own 8 values in H's gate or up half. A group lies wholly
 // inside N' or outside it.
 template <class Traits, Activation kAct>
 __device__ __forceinline__ void glu_segment(const KernelParams<typename Traits::CudaElement>& p,
-                                            int64_t row, int64_t col, int half, const float (&v)[8]) {
+                                            int64_t row, int64_t col, int half, const float (&acc)[8]) {
   using Element = typename Traits::CudaElement;
   using Num = gpu::Numeric<Element>;
-  float other[8];
-  CUTE_UNROLL
-  for (int j = 0; j < 8; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], 1);
-  if (row >= p.m || col >= p.n) return;
   const int64_t n_out = p.n / 2;          // Y's width
   const int64_t y_col = (col / 16) * 8;  // the group's first column of Y
+  const Element* const bias = col < p.n ? p.glu_bias[half] : nullptr;
+  float v[8], other[8];
+  CUTE_UNROLL
+  for (int j = 0; j < 8; ++j) {
+    v[j] = acc[j] + (bias != nullptr ? Num::to_compute(Num::load(bias + y_col + j)) : 0.f);
+    other[j] = __shfl_xor_sync(0xffffffffu, v[j], 1);
+  }
+  if (row >= p.m || col >= p.n) return;
   gpu::AlignedArray<Element, 8> out;
   if (half == 0) {
     CUTE_UNROLL

@@ -96,8 +96,8 @@ cudaError_t launch_kernel(const GemmActParams& p, cudaStream_t stream) {
 }
 
 // gemm_glu: p.b and p.c are the gate's and the up projection's weights
-// (K-major, row stride b_stride_n), p.n both weights' columns, p.y Y and
-// p.z H (or null).
+// (K-major, row stride b_stride_n), p.bias and p.bias_up their biases (or
+// null), p.n both weights' columns, p.y Y and p.z H (or null).
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 cudaError_t launch_glu_kernel(const GemmActParams& p, cudaStream_t stream) {
   using Traits = KernelTraits<kConfig, kDtype, kB>;
@@ -111,6 +111,10 @@ cudaError_t launch_glu_kernel(const GemmActParams& p, cudaStream_t stream) {
   kp.b = up < gate ? up : gate;
   kp.b_delta = up < gate ? gate - up : up - gate;
   kp.gate_second = up < gate;
+  const auto* gate_bias = static_cast<const Element*>(p.bias);
+  const auto* up_bias = static_cast<const Element*>(p.bias_up);
+  kp.glu_bias[0] = kp.gate_second ? up_bias : gate_bias;
+  kp.glu_bias[1] = kp.gate_second ? gate_bias : up_bias;
   return detail::launch<sm80_gemm_glu_kernel<Traits, kAct>, Traits>(kp, device, stream);
 }
 

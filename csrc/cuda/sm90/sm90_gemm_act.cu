@@ -346,13 +346,14 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 constexpr int64_t kMinGluRows = 256;
 
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
-    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
-    Activation activation, double negative_slope, cudaStream_t stream) {
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    bool store_preact, Activation activation, double negative_slope, cudaStream_t stream) {
   if (!a.is_cuda() || a.dim() != 2 || b_gate.dim() != 2 || b_up.dim() != 2) return std::nullopt;
   const std::optional<Dtype> dtype = sm90_dtype(a.scalar_type());
   const int device = a.get_device();
   if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return std::nullopt;
-  GemmActParams p = fused_glu_params(a, b_gate, b_up, activation, negative_slope);
+  GemmActParams p = fused_glu_params(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope);
   const int64_t align = 16 / element_bytes(*dtype);
   // One rank-4 TMA descriptor reads both weights (sm90_glu_mainloop.cuh):
   // each K-major with the same row stride, both 16-byte aligned, at a

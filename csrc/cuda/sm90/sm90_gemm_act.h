@@ -33,15 +33,17 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 // there too: reduced per tile in the kernel's epilogue, then added up.
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
-// gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate) *
-// (a @ b_up), a [M, K], b_gate and b_up [K, N] (weights' transposes,
-// K-major, one row stride), no bias, and H [M, 2N] both projections side
-// by side where store_preact (else undefined), on the fused kernel when it
-// can (compute capability 9.0, fp16/bf16, N a multiple of 8, what TMA can
+// gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate +
+// bias_gate) * (a @ b_up + bias_up), a [M, K], b_gate and b_up [K, N]
+// (weights' transposes, K-major, one row stride), each bias [N] or none
+// (fused_glu_biases_fit, gated.h), and H [M, 2N] both projections side by
+// side where store_preact (else undefined), on the fused kernel when it can
+// (compute capability 9.0, fp16/bf16, N a multiple of 8, what TMA can
 // read); nothing, having allocated nothing, otherwise.
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
-    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up, bool store_preact,
-    Activation activation, double negative_slope, cudaStream_t stream);
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    bool store_preact, Activation activation, double negative_slope, cudaStream_t stream);
 
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.

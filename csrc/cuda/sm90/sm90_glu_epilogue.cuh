@@ -17,8 +17,9 @@
 // as one 16-byte word: a quad writes 64 contiguous bytes of a row, where a
 // 4-byte store per lane pair left each 32-byte sector half written per
 // instruction. Where asked (training), the projections go out the same way,
-// as the composite's H. No D (ElementD void): nothing goes through shared
-// memory, and no bias or C (the entry sends those cases to the composite).
+// as the composite's H. Each projection's bias, where given, is added
+// before the gate. No D (ElementD void): nothing goes through shared
+// memory.
 #pragma once
 
 #include "activations.h"
@@ -41,6 +42,9 @@ struct GluStoreArguments {
   // Where not null, the projections too, as the composite's H [M, 2 ldy]:
   // the gate's in its first ldy columns, the up projection's after them.
   Element* h = nullptr;
+  // Each projection's bias [ldy] (16-byte aligned), or null for none.
+  Element const* bias_gate = nullptr;
+  Element const* bias_up = nullptr;
 };
 
 template <class Element, Activation kAct>
@@ -89,6 +93,18 @@ struct GluStore : RegisterLeaf<GluStoreArguments<Element>> {
       }
     }
 
+    // bias[col], bias[col + 1] (col even: one 4-byte load), or zeros.
+    CUTLASS_DEVICE static cutlass::Array<float, 2> bias_pair(Element const* bias, int64_t col) {
+      cutlass::Array<float, 2> out;
+      out.fill(0.f);
+      if (bias != nullptr) {
+        const cutlass::Array<Element, 2> pair = *reinterpret_cast<cutlass::Array<Element, 2> const*>(bias + col);
+        out[0] = static_cast<float>(pair[0]);
+        out[1] = static_cast<float>(pair[1]);
+      }
+      return out;
+    }
+
     // One 16-byte store (st.global.v4: the compiler split a uint4 assignment
     // through an Element pointer into four).
     CUTLASS_DEVICE static void store16(uint32_t const (&word)[4], Element* at, bool ok) {
@@ -116,7 +132,7 @@ struct GluStore : RegisterLeaf<GluStoreArguments<Element>> {
       };
       // Each pair of adjacent gate columns (the first's n even, below 8 in
       // its group of 16) gives a 4-byte word each of Y, and of H's two halves.
-      uint32_t y_words[kRows][kGroups], g_words[kRows][kGroups], u_words[kRows][kGroups];
+      float gate_acc[kRows][kGroups][2], up_acc[kRows][kGroups][2];
       bool in_bounds[kRows][kGroups];
       int row_m[kRows], group_n[kGroups];
       int rows_seen = 0;
@@ -130,20 +146,43 @@ struct GluStore : RegisterLeaf<GluStoreArguments<Element>> {
         for (int k = 0; k < kRows; ++k) r = (k < rows_seen && row_m[k] == m) ? k : r;
         if (r == rows_seen) row_m[rows_seen++] = m;
         group_n[g] = n;  // the subtile's offset included
-        cutlass::Array<Element, 2> y, gate, up;
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < 2; ++e) {
           const float first = value(find(m, n + e)), second = value(find(m, n + e + kGluGroup));
-          const float g_value = params.gate_second ? second : first;
-          const float u_value = params.gate_second ? first : second;
-          y[e] = static_cast<Element>(activate<kAct, Element>(g_value, params.negative_slope) * u_value);
-          gate[e] = static_cast<Element>(g_value);
-          up[e] = static_cast<Element>(u_value);
+          gate_acc[r][g][e] = params.gate_second ? second : first;
+          up_acc[r][g][e] = params.gate_second ? first : second;
         }
-        y_words[r][g] = reinterpret_cast<uint32_t const&>(y);
-        g_words[r][g] = reinterpret_cast<uint32_t const&>(gate);
-        u_words[r][g] = reinterpret_cast<uint32_t const&>(up);
         in_bounds[r][g] = elem_less(coords(i), residue);
+      }
+      // The biases of a group's pair (Y's columns col0 + 8 (n / 16) + {0, 1}),
+      // loaded once for all the thread's rows; none past N, where no row is
+      // in bounds.
+      cutlass::Array<float, 2> gate_bias[kGroups], up_bias[kGroups];
+      CUTLASS_PRAGMA_UNROLL
+      for (int g = 0; g < kGroups; ++g) {
+        const int64_t y_col = col0 + (group_n[g] / (2 * kGluGroup)) * kGluGroup;
+        const bool inside = y_col < params.ldy;
+        gate_bias[g] = bias_pair(inside ? params.bias_gate : nullptr, y_col);
+        up_bias[g] = bias_pair(inside ? params.bias_up : nullptr, y_col);
+      }
+      uint32_t y_words[kRows][kGroups], g_words[kRows][kGroups], u_words[kRows][kGroups];
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int g = 0; g < kGroups; ++g) {
+          cutlass::Array<Element, 2> y, gate, up;
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const float g_value = gate_acc[r][g][e] + gate_bias[g][e];
+            const float u_value = up_acc[r][g][e] + up_bias[g][e];
+            y[e] = static_cast<Element>(activate<kAct, Element>(g_value, params.negative_slope) * u_value);
+            gate[e] = static_cast<Element>(g_value);
+            up[e] = static_cast<Element>(u_value);
+          }
+          y_words[r][g] = reinterpret_cast<uint32_t const&>(y);
+          g_words[r][g] = reinterpret_cast<uint32_t const&>(gate);
+          u_words[r][g] = reinterpret_cast<uint32_t const&>(up);
+        }
       }
       // Lane q of its quad stores group q's 8 columns as one 16-byte word:
       // the quad's first column of Y is col0 - 2q, a multiple of 8, and N'
@@ -199,10 +238,12 @@ struct GemmGluEpilogue {
       typename Config::EpilogueSchedule, Callbacks>::CollectiveOp;
 
   // Y is params.y ([M, N / 2 of the GEMM] row-major); the gate is weight 1
-  // where params.c (the up weight) lies below params.b (the gate's).
+  // where params.c (the up weight) lies below params.b (the gate's); the
+  // biases are params.bias (the gate's) and params.bias_up.
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
     return {static_cast<Element*>(p.y), p.n / 2, p.c < p.b, static_cast<float>(p.negative_slope),
-            static_cast<Element*>(p.z)};
+            static_cast<Element*>(p.z), static_cast<Element const*>(p.bias),
+            static_cast<Element const*>(p.bias_up)};
   }
 };
 
