@@ -124,6 +124,25 @@ uint32_t alignment_bytes(const void* ptr) {
   return align;
 }
 
+// The split-K reduction schemes the heuristic may choose, as PyTorch's own
+// cuBLASLt calls allow them (torch.backends.cuda.matmul.allow_fp16_ /
+// allow_bf16_reduced_precision_reduction): 0 for any, so partial sums may
+// be added in fp16 / bf16 where the setting allows it, as in F.linear.
+uint32_t reduction_scheme_mask(cudaDataType_t type) {
+  if (type != CUDA_R_16F && type != CUDA_R_16BF) return 0;
+  const at::Context& ctx = at::globalContext();
+  const at::CuBLASReductionOption option =
+      type == CUDA_R_16F ? ctx.allowFP16ReductionCuBLAS() : ctx.allowBF16ReductionCuBLAS();
+  switch (option) {
+    case at::CuBLASReductionOption::AllowReducedPrecisionWithSplitK:
+      return 0;
+    case at::CuBLASReductionOption::DisallowReducedPrecisionAllowSplitK:
+      return CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_NONE;
+    default:
+      return CUBLASLT_REDUCTION_SCHEME_NONE;
+  }
+}
+
 AlgoCache& algo_cache() {
   static AlgoCache cache;
   return cache;
@@ -185,6 +204,7 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   // cuBLASLt's A is our b and its B our a (D = op(b) op(a)).
   const uint32_t align_a = alignment_bytes(p.b), align_b = alignment_bytes(p.a);
   const uint32_t align_c = alignment_bytes(c), align_d = alignment_bytes(d);
+  const uint32_t reductions = reduction_scheme_mask(lt->data_type);
 
   AlgoKey key;
   key.fields = {args.y.get_device(), lt->data_type, lt->compute, lt->epilogue,
@@ -192,7 +212,7 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
                 lt->a.op, int64_t(lt->a.rows), int64_t(lt->a.cols), lt->a.ld,
                 p.m, p.n, ldc, align_a, align_b, align_c, align_d,
                 p.bias != nullptr ? alignment_bytes(p.bias) : 0,
-                lt->gelu_aux ? alignment_bytes(p.z) : 0, int64_t(workspace_bytes)};
+                lt->gelu_aux ? alignment_bytes(p.z) : 0, int64_t(workspace_bytes), reductions};
   std::optional<cublasLtMatmulAlgo_t> algo = algo_cache().find(key);
   if (!algo) {
     const auto pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
@@ -202,7 +222,8 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
           pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a) &&
           pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b) &&
           pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c) &&
-          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d))) {
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d) &&
+          (reductions == 0 || pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions)))) {
       return false;
     }
     cublasLtMatmulHeuristicResult_t heuristic{};
