@@ -36,9 +36,9 @@ def _fresh_seed(request):
 def _full_precision_split_k():
     # PyTorch lets cuBLAS add split-K partial sums in fp16 / bf16 by default
     # (F.linear's, and so the library backend's, which follows the setting):
-    # several roundings at the output's precision, past the tolerances
-    # against float64 at long K and small M x N. The tests check the
-    # kernels' own accuracy, so they ask for fp32 partial sums.
+    # a rounding at the output's precision per partial sum. The tests check
+    # against float64 with one rounding's tolerance, so they ask for fp32
+    # partial sums.
     matmul = torch.backends.cuda.matmul
     saved = (matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction)
     matmul.allow_fp16_reduced_precision_reduction = False
