@@ -216,6 +216,18 @@ def probe_addmm_gelu(dtype, device):
     return kind
 
 
+def round_order(order, r):
+    """The contenders' order in round r. Under the board's power cap a kernel
+    timed right after a heavy one runs at a lower clock (bench/README.md);
+    each round starts one contender later, which alone keeps every
+    contender behind the same one, so every other round also runs
+    backwards: a contender's predecessor alternates between its two
+    neighbours."""
+    shift = r % len(order)
+    turned = order[shift:] + order[:shift]
+    return turned[::-1] if r % 2 else turned
+
+
 def make_timer(args, device):
     if device == "cpu":  # --cpu-dry-run only: checks the plumbing, numbers mean little
         def cpu_time(fn):
@@ -240,7 +252,8 @@ def make_timer(args, device):
             return float(r[0] if isinstance(r, (list, tuple)) else r)
         how = "quantiles=[0.5]"
     return t, (f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, {how}), "
-               f"median of {args.rounds} rounds taken in turns, each round starting one contender later")
+               f"median of {args.rounds} rounds taken in turns (round_order: each round starting one contender "
+               f"later, every other one backwards)")
 
 
 def _finite_or_str(x):
@@ -424,15 +437,11 @@ def bench_shape(group, spec, modes, ctx):
 
                 # ---- timings: the contenders take turns, --rounds times, and
                 # each keeps the median of its rounds, so a clock that drifts
-                # over the run (power, heat) costs them all alike. Each round
-                # starts one contender later: under the board's power cap a
-                # kernel timed right after a heavy one runs at a lower clock
-                # (bench/README.md), and a fixed order would hand that to the
-                # same contender every time.
+                # over the run (power, heat) costs them all alike; round_order
+                # changes who runs after whom.
                 rounds = {name: [] for name in order}
                 for r in range(args.rounds):
-                    shift = r % len(order)
-                    for name in order[shift:] + order[:shift]:
+                    for name in round_order(order, r):
                         if name in errors:
                             continue
                         try:

@@ -221,8 +221,7 @@ def measure(case, mode, compiled, ctx):
     rounds = {name: [] for name in fns}
     order = list(fns)
     for r in range(args.rounds):
-        shift = r % len(order)  # each round starts one contender later
-        for name in order[shift:] + order[:shift]:
+        for name in bench.round_order(order, r):
             rounds[name].append(timer(fns[name]))
     row["ms"] = {name: statistics.median(v) for name, v in rounds.items()}
     return row
