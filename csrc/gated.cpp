@@ -86,6 +86,14 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     c10::string_view activation, double negative_slope, bool store_preact) {
   check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
+  return gemm_glu_composite_checked(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope,
+                                    store_preact);
+}
+
+std::tuple<at::Tensor, at::Tensor> gemm_glu_composite_checked(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    c10::string_view activation, double negative_slope, bool store_preact) {
   const c10::SymInt k = b_gate.sym_size(0), n = b_gate.sym_size(1);
   c10::SymInt rows = 1;  // a's leading dimensions flattened (no -1: K may be 0)
   for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.sym_size(d);

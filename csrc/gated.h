@@ -61,4 +61,11 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_composite(
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     c10::string_view activation, double negative_slope, bool store_preact);
 
+// The same for operands check_gemm_glu has passed (CUDA's gemm_glu, which
+// checks them before its fused kernels and falls back here).
+std::tuple<at::Tensor, at::Tensor> gemm_glu_composite_checked(
+    const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
+    const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
+    c10::string_view activation, double negative_slope, bool store_preact);
+
 }  // namespace gemm_act

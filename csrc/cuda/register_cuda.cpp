@@ -144,8 +144,8 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     c10::string_view activation, double negative_slope, bool store_preact) {
-#if defined(GEMM_ACT_WITH_SM90) || defined(GEMM_ACT_WITH_SM80)
   check_gemm_glu(a, b_gate, b_up, bias_gate, bias_up);
+#if defined(GEMM_ACT_WITH_SM90) || defined(GEMM_ACT_WITH_SM80)
   const std::string first = first_backend()->name;
   if (fused_glu_biases_fit(bias_gate, bias_up) && a.numel() > 0 &&
       (first == "sm90" || first == "sm80")) {
@@ -159,13 +159,13 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
 #ifdef GEMM_ACT_WITH_SM90
     if (first == "sm90") {
       fused = sm90::try_gemm_glu(a_2d, b_gate, b_up, bias_gate, bias_up, store_preact, act,
-                                   negative_slope, stream);
+                                 negative_slope, stream);
     }
 #endif
 #ifdef GEMM_ACT_WITH_SM80
     if (!fused.has_value()) {
       fused = sm80::try_gemm_glu(a_2d, b_gate, b_up, bias_gate, bias_up, store_preact, act,
-                                   negative_slope, stream);
+                                 negative_slope, stream);
     }
 #endif
     if (fused.has_value()) {
@@ -179,8 +179,8 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
     }
   }
 #endif
-  return gemm_glu_composite(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slope,
-                            store_preact);
+  return gemm_glu_composite_checked(a, b_gate, b_up, bias_gate, bias_up, activation,
+                                    negative_slope, store_preact);
 }
 
 void activation_backward_checked(const ActivationBackwardArgs& args) {

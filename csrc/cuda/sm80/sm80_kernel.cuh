@@ -87,10 +87,9 @@ constexpr int bytes_inside(int elements_left) {
 // gemm_glu's epilogue for one lane's 8 adjacent columns (col, a multiple of
 // 8, of the GEMM's 2N) of one row: weight `half`'s values of a group of 8,
 // to which the lane adds that weight's bias. The lane pair (even, odd)
-// swaps its values, the even lane stores Y's 8
-// columns act(gate) * up as one 16-byte word, and where H is kept each lane
-// stores its own 8 values in H's gate or up half. A group lies wholly
-// inside N' or outside it.
+// swaps its values, the even lane stores Y's 8 columns act(gate) * up as
+// one 16-byte word, and where H is kept each lane stores its own 8 values
+// in H's gate or up half. A group lies wholly inside N' or outside it.
 template <class Traits, Activation kAct>
 __device__ __forceinline__ void glu_segment(const KernelParams<typename Traits::CudaElement>& p,
                                             int64_t row, int64_t col, int half, const float (&acc)[8]) {

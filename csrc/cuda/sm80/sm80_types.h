@@ -46,25 +46,24 @@ constexpr int kNumKernelConfigs = static_cast<int>(sizeof(kConfigs) / sizeof(kCo
 constexpr const ConfigInfo& config_info(KernelConfig c) { return kConfigs[static_cast<int>(c)]; }
 constexpr const char* config_name(KernelConfig c) { return config_info(c).name; }
 
+#define GEMM_ACT_SM80_IS(C, D, L) \
+  if (c == KernelConfig::C && d == Dtype::D && l == BLayout::L) return true;
+
 // Whether configuration c is compiled as gemm_act's kernel for dtype d and
 // B layout l.
 constexpr bool is_compiled(KernelConfig c, Dtype d, BLayout l) {
-#define GEMM_ACT_SM80_IS(C, D, L) \
-  if (c == KernelConfig::C && d == Dtype::D && l == BLayout::L) return true;
   GEMM_ACT_SM80_FOR_EACH_KERNEL(GEMM_ACT_SM80_IS)
-#undef GEMM_ACT_SM80_IS
   return false;
 }
 
 // Whether configuration c is compiled as gemm_glu's kernel for dtype d and
 // B layout l.
 constexpr bool is_compiled_glu(KernelConfig c, Dtype d, BLayout l) {
-#define GEMM_ACT_SM80_IS(C, D, L) \
-  if (c == KernelConfig::C && d == Dtype::D && l == BLayout::L) return true;
   GEMM_ACT_SM80_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM80_IS)
-#undef GEMM_ACT_SM80_IS
   return false;
 }
+
+#undef GEMM_ACT_SM80_IS
 
 }  // namespace sm80
 }  // namespace gemm_act
