@@ -132,20 +132,54 @@ def test_addmm_with_a_bias_per_column_only(fusion):
     assert fusion.fused == 1
 
 
-def test_gated_mlp_is_left_whole_to_inductor(fusion):
-    """transformers' LlamaMLP, unchanged: neither the gated product nor its
-    gate -> activation pair becomes our operator (Inductor builds the same
-    two GEMMs and one pass itself); numerics as eager, one graph."""
-    t = transformers
+def _llama_mlp(hidden, intermediate):
     from transformers.models.llama.modeling_llama import LlamaMLP
+    return LlamaMLP(transformers.LlamaConfig(hidden_size=hidden, intermediate_size=intermediate,
+                                             num_attention_heads=2, num_key_value_heads=2))
+
+
+@pytest.mark.parametrize("fused_kernel", [False, True])
+def test_gated_mlp_compiles_to_gemm_glu_where_fused(fusion, monkeypatch, fused_kernel):
+    """transformers' LlamaMLP, unchanged: where the fused gated kernel runs
+    (functional.hopper_fused; pretended here, the CPU operator computing the
+    same) the gate, its activation, the up projection and the product become
+    one gemm_glu, whose backward AOTAutograd traces; elsewhere neither the
+    product nor its gate -> activation pair becomes our operator (Inductor
+    builds the same two GEMMs and one pass itself). Numerics as eager, one
+    graph across batch sizes."""
+    monkeypatch.setattr(compile_fusion, "hopper_fused", lambda x: fused_kernel)
     torch.manual_seed(0)
-    mlp = LlamaMLP(t.LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
-                                 num_key_value_heads=2))
+    mlp = _llama_mlp(16, 32)
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(mlp, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 6):
         _same_step(compiled, mlp, torch.randn(batch, 5, 16))
-    assert (fusion.fused, fusion.gated) == (0, 1) and counter.frame_count == 1
+    assert (fusion.fused, fusion.glu, fusion.gated) == ((0, 1, 0) if fused_kernel else (0, 0, 1))
+    assert counter.frame_count == 1
+
+
+@requires_cuda
+def test_gated_mlp_compiles_to_gemm_glu_cuda(fusion):
+    """LlamaMLP in bf16 on the GPU: gemm_glu where the fused kernel runs
+    (Hopper), Inductor's own kernels elsewhere; output and every gradient
+    against a float64 copy of the model, one graph across batch sizes."""
+    torch.manual_seed(0)
+    mlp = _llama_mlp(64, 96).cuda()
+    reference = copy.deepcopy(mlp).double()
+    compiled = torch.compile(copy.deepcopy(mlp).to(torch.bfloat16), fullgraph=True, dynamic=True)
+    for batch in (3, 6):
+        x = torch.randn(batch, 5, 64, device="cuda", dtype=torch.float64)
+        y_ref = reference(x)
+        y = compiled(x.to(torch.bfloat16).requires_grad_())
+        torch.testing.assert_close(y.double(), y_ref, rtol=2e-2, atol=2e-2 * y_ref.abs().max().item())
+        grad = torch.randn_like(y_ref)
+        y.backward(grad.to(torch.bfloat16))
+        y_ref.backward(grad)
+    for (name, p), p_ref in zip(compiled.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.double(), p_ref.grad, rtol=2e-2,
+                                   atol=2e-2 * p_ref.grad.abs().max().item(), msg=name)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert (fusion.glu, fusion.gated) == ((1, 0) if hopper else (0, 1))
 
 
 def test_gated_product_left_when_up_is_used_elsewhere(fusion):

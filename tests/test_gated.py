@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_gemm_act as tga
+from torch_gemm_act import functional
 from conftest import requires_cuda
 from reference import TOL, torch_twin
 
@@ -235,16 +237,24 @@ def test_fuse_leaves_the_product_where_up_is_used_elsewhere():
     assert type(fused.up_proj) is nn.Linear
 
 
-def test_fused_gated_mlp_compiles_without_graph_break():
+@pytest.mark.parametrize("fused_kernel", [False, True])
+def test_fused_gated_mlp_compiles_without_graph_break(monkeypatch, fused_kernel):
     """The fused module's forward, unchanged, multiplies the gate's output by
-    what LinearUp returns: Dynamo traces that in one graph."""
+    what LinearUp returns: Dynamo traces that in one graph across batch
+    sizes. Where the fused kernel runs (functional.hopper_fused; pretended
+    here, the CPU operator computing the same) the graph calls gemm_glu,
+    whose backward AOTAutograd traces; elsewhere the unfused formula."""
+    monkeypatch.setattr(functional, "hopper_fused", lambda x: fused_kernel)
     torch.manual_seed(0)
     eager = _LlamaMLP(16, 32)
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
-    compiled = torch.compile(fused, backend="aot_eager", fullgraph=True, dynamic=True)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 7):
-        x = torch.randn(batch, 16)
-        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+        _assert_same_step(eager, compiled, torch.randn(batch, 16))
+    assert counter.frame_count == 1
+    ops = {str(n.target) for g in counter.graphs for n in g.graph.nodes}
+    assert any("gemm_glu" in op for op in ops) == fused_kernel, ops
 
 
 class _PackedGlu(nn.Module):

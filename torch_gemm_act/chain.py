@@ -28,7 +28,7 @@ import torch
 from . import _C, ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
 from .functional import (_PLAIN, _direct_call, _gemm_act_of_weight, _needs_grad, _stores_preact, gemm_act,
-                         host_bound)
+                         host_bound, hopper_fused)
 
 
 class ChainLink:
@@ -74,20 +74,6 @@ class ChainLink:
         self.clear()
 
 
-# Whether each CUDA device runs the fused gemm_dact kernel (the sm90 family's,
-# compute capability 9.0); elsewhere gemm_dact is the GEMM and a pass, which
-# saves nothing over the layers' own backward.
-_FUSED_DACT = {}
-
-
-def _fused_dact_on(device):
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    fused = _FUSED_DACT.get(index)
-    if fused is None:
-        fused = _FUSED_DACT[index] = torch.cuda.get_device_capability(index) == (9, 0)
-    return fused
-
-
 def _differentiated(x, b, bias):
     """In training, on plain tensors (a DTensor or other subclass keeps the
     operators it has strategies for)."""
@@ -107,8 +93,8 @@ def chains(x, activation):
     0.999 x eager chained and 0.987 not (H200, lab/diag/chain_ablation.py)."""
     if not x.is_cuda:
         return True
-    return (activation not in GRAD_FROM_OUTPUT and x.dtype in (torch.float16, torch.bfloat16)
-            and _fused_dact_on(x.device))
+    # Elsewhere gemm_dact is the GEMM and a pass: nothing saved over the layers' own backward.
+    return activation not in GRAD_FROM_OUTPUT and hopper_fused(x)
 
 
 def chain_pays(x, b, bias, activation, any_size=False, b_is_weight=False):

@@ -10,8 +10,9 @@ the fused ones, with the same numerics as fusing the modules by hand. A
 pair whose pre-activation is used elsewhere too is left alone. A pair whose
 output feeds one Linear alone is chained to it, as fuse_linear_act chains
 modules (torch_gemm_act.chain). A gated MLP's ``act(F.linear(x, w_gate)) *
-F.linear(x, w_up)`` is left to Inductor whole: until gemm_glu has a fused
-kernel it is the two GEMMs and one pass Inductor builds itself.
+F.linear(x, w_up)`` becomes one ``gemm_glu`` where its fused kernel runs
+(functional.hopper_fused); elsewhere it is left to Inductor whole: there the
+operator is the two GEMMs and one pass Inductor builds itself.
 """
 
 import operator
@@ -23,7 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .activations import GATED_BY_GATE, IDENTITY, check_activation
 from .chain import chains
-from .functional import _PLAIN, _compiles_as_eager, _needs_grad, _stores_preact
+from .functional import _PLAIN, _compiles_as_eager, _needs_grad, _stores_preact, hopper_fused
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
 _RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
@@ -80,6 +81,7 @@ def _gemm_of(node):
 _PLAIN_VALUES = _PLAIN | {FakeTensor}  # plain tensors, as captured
 _GEMM_ACT = torch.ops.gemm_act.gemm_act.default
 _CHAINED = torch.ops.gemm_act.gemm_act_chained.default
+_GEMM_GLU = torch.ops.gemm_act.gemm_glu.default
 
 
 def _value(node):
@@ -87,10 +89,10 @@ def _value(node):
 
 
 def fuse_graph(graph):
-    """Rewrites graph in place; returns (pairs fused, gated MLPs left to
-    Inductor, pairs chained to the Linear after them)."""
+    """Rewrites graph in place; returns (pairs fused, gated MLPs fused, gated
+    MLPs left to Inductor, pairs chained to the Linear after them)."""
     pairs = []  # (gemm_act node, its Y node, activation, slope, x's example value, needs grad)
-    gated = 0
+    glu = gated = 0
     for act_node in list(graph.nodes):
         act = _activation_of(act_node)
         if act is None or not isinstance(act_node.args[0], torch.fx.Node):
@@ -109,9 +111,14 @@ def fuse_graph(graph):
         needs_grad = _needs_grad(x_value, w_value, bias_value)
         if _compiles_as_eager(x_value, activation, needs_grad):
             continue  # left to Inductor, as the functional API leaves it (functional._compiles_as_eager)
-        if _gated_up(gemm_node, gemm, act_node, activation) is not None:
-            gated += 1
-            continue  # a gated MLP, left whole to Inductor
+        up_node = _gated_up(gemm_node, gemm, act_node, activation)
+        if up_node is not None:
+            if hopper_fused(x_value):
+                _fuse_gated(graph, gemm_node, act_node, up_node, activation)
+                glu += 1
+            else:
+                gated += 1  # left whole to Inductor
+            continue
         # Z where the backward needs it, as gemm_act decides from the tensors
         # the graph was captured with.
         store = _stores_preact(x_value, w_value, bias_value, None, activation, False)
@@ -128,16 +135,13 @@ def fuse_graph(graph):
     # Last first: a pair that is both the second layer of one chain and the
     # first of the next has its Z stored before its own node is replaced.
     chained = sum(_chain(graph, *pair) for pair in reversed(pairs))
-    return len(pairs), gated, chained
+    return len(pairs), glu, gated, chained
 
 
 def _gated_up(gate_node, gate, act_node, activation):
     """The up projection's node where act(F.linear(x, w_gate, b_gate)) is
     used only by its product with F.linear(x, w_up, b_up) (that product its
-    only use, the weights of one shape), else None. Measured on an H200
-    (Llama-7B's MLP x2, bf16), such a product as one gemm_glu compiled to
-    1.003 / 0.998 x compiled eager (inference / training): the composite
-    operator is the two GEMMs and one pass Inductor builds itself."""
+    only use, the weights of one shape), else None."""
     if activation not in GATED_BY_GATE or not gate[3] or len(act_node.users) != 1:
         return None
     (product,) = act_node.users
@@ -152,6 +156,23 @@ def _gated_up(gate_node, gate, act_node, activation):
     if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.shape == w_up.shape):
         return None
     return up_node
+
+
+def _fuse_gated(graph, gate_node, act_node, up_node, activation):
+    """Replaces act(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up)
+    (_gated_up's match) with gemm_glu, which takes the gate's activation."""
+    (product,) = act_node.users
+    x, w_gate, b_gate, _ = _gemm_of(gate_node)
+    _, w_up, b_up, _ = _gemm_of(up_node)
+    with graph.inserting_before(product):
+        b_gate_t = graph.call_function(torch.t, (w_gate,))
+        b_up_t = graph.call_function(torch.t, (w_up,))
+        out = graph.call_function(_GEMM_GLU, (x, b_gate_t, b_up_t, b_gate, b_up, activation, 0.01, False))
+        y = graph.call_function(operator.getitem, (out, 0))
+    y.meta.update(product.meta)
+    product.replace_all_uses_with(y)
+    for node in (product, act_node, gate_node, up_node):
+        graph.erase_node(node)
 
 
 def _chain(graph, out, y, activation, slope, x_value, needs_grad):
@@ -228,16 +249,18 @@ class _FusionPass(CustomGraphPass):
     def __init__(self, previous):
         self.previous = previous  # a pass that was set before; it still runs, first
         self.fused = 0            # pairs fused so far, for the tests
-        self.gated = 0            # gated MLPs left whole to Inductor
         self.chained = 0          # of them, chained to the Linear after them
+        self.glu = 0              # gated MLPs fused into gemm_glu
+        self.gated = 0            # gated MLPs left whole to Inductor
 
     def __call__(self, graph):
         if self.previous is not None:
             self.previous(graph)
-        fused, gated, chained = fuse_graph(graph)
+        fused, glu, gated, chained = fuse_graph(graph)
         self.fused += fused
-        self.gated += gated
         self.chained += chained
+        self.glu += glu
+        self.gated += gated
 
     def uuid(self):
         previous = self.previous.uuid() if self.previous is not None else None

@@ -4,7 +4,7 @@ gemm_glu and gated_linear_act."""
 import torch
 
 from . import _C, ops
-from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, gate_activation, twin
+from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
 
 
 def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -102,6 +102,26 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 HOST_BOUND_MULTIPLY_ADDS = 1 << 30
 
 
+# Whether each CUDA device runs the sm90 family (compute capability 9.0).
+_HOPPER = {}
+
+
+def hopper_fused(x):
+    """Whether the operators fuse on x's GPU what no library call does, so
+    that compiled code gains by calling them instead of Inductor's own
+    kernels: the sm90 family's gemm_glu (both projections and the gate in
+    one GEMM) and gemm_dact (the activation's derivative in the epilogue of
+    the GEMM before it), which take fp16/bf16 on compute capability 9.0.
+    Elsewhere both are cuBLAS GEMMs and a pass, as Inductor builds them."""
+    if not (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
+        return False
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    fused = _HOPPER.get(index)
+    if fused is None:
+        fused = _HOPPER[index] = torch.cuda.get_device_capability(index) == (9, 0)
+    return fused
+
+
 def host_bound(x, n):
     """Whether a layer taking x ([..., K]) to n columns is host-bound on
     CUDA (``HOST_BOUND_MULTIPLY_ADDS``), in eager mode; never on the CPU, and
@@ -169,18 +189,20 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     side by side ([..., 2N]).
     """
     gate = gate_activation(activation)
-    if torch.compiler.is_compiling() or _is_dtensor(a) or _is_dtensor(b_gate):
-        # Until the gated operator has a fused kernel it is the two GEMMs and
-        # one pass that Inductor builds itself (the Llama MLP compiled
-        # through it: 1.024 / 1.014 x compiled eager in inference / training,
-        # H200); and it has no DTensor sharding strategy yet. Both run the
-        # projections and the product as they run them unfused.
+    if (torch.compiler.is_compiling() and not hopper_fused(a)) or _is_dtensor(a) or _is_dtensor(b_gate):
+        # Compiled where no fused kernel runs, the operator would be the two
+        # GEMMs and one pass that Inductor builds itself (the Llama MLP
+        # compiled through it: 1.024 / 1.014 x compiled eager in inference /
+        # training, H200); and it has no DTensor sharding strategy yet. Both
+        # run the projections and the product as they run them unfused.
         g, u = (torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
                 for b, bias in ((b_gate, bias_gate), (b_up, bias_up)))
         y = twin(gate, negative_slope)(g) * u
         return (y, torch.cat([g, u], -1)) if return_preact else y
-    y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, float(negative_slope),
-                           bool(return_preact))
+    # A slope no gate reads stays a constant: under torch.compile(dynamic=True)
+    # Dynamo would make the default a symbolic float, guarded and recompiled.
+    slope = float(negative_slope) if gate in USES_SLOPE else 0.01
+    y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, slope, bool(return_preact))
     return (y, h) if return_preact else y
 
 
