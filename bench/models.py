@@ -203,6 +203,7 @@ def measure(case, mode, compiled, ctx):
         fusion_pass = torch._inductor.config.pre_grad_custom_pass
         row["compile_fusion_pairs"] = fusion_pass.fused
         row["compile_fusion_chained"] = fusion_pass.chained
+        row["compile_fusion_glu"] = fusion_pass.glu
         row["compile_fusion_gated"] = fusion_pass.gated
     torch_gemm_act.enable_compile_fusion(False)
     errs = [rel_err(g, r) for other in ("fused", "compile_fusion") if other in outs
