@@ -13,7 +13,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
-from torch_gemm_act import compile_fusion
+from torch_gemm_act import compile_fusion, functional
 
 
 @pytest.fixture(autouse=True)
@@ -138,35 +138,51 @@ def _llama_mlp(hidden, intermediate):
                                              num_attention_heads=2, num_key_value_heads=2))
 
 
+@pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("fused_kernel", [False, True])
-def test_gated_mlp_compiles_to_gemm_glu_where_fused(fusion, monkeypatch, fused_kernel):
-    """transformers' LlamaMLP, unchanged: where the fused gated kernel runs
-    (functional.hopper_fused; pretended here, the CPU operator computing the
-    same) the gate, its activation, the up projection and the product become
-    one gemm_glu, whose backward AOTAutograd traces; elsewhere neither the
-    product nor its gate -> activation pair becomes our operator (Inductor
-    builds the same two GEMMs and one pass itself). Numerics as eager, one
-    graph across batch sizes."""
-    monkeypatch.setattr(compile_fusion, "hopper_fused", lambda x: fused_kernel)
+def test_gated_mlp_compiles_to_gemm_glu_where_it_pays(fusion, monkeypatch, fused_kernel, training):
+    """transformers' LlamaMLP, unchanged: in inference where the fused gated
+    kernel runs (functional._compiles_to_glu; the kernel pretended here, the
+    CPU operator computing the same) the gate, its activation, the up
+    projection and the product become one gemm_glu; in training, and where
+    no fused kernel runs, neither the product nor its gate -> activation
+    pair becomes our operator (Inductor builds the same two GEMMs and one
+    pass itself). Numerics as eager, one graph across batch sizes."""
+    monkeypatch.setattr(functional, "hopper_fused", lambda x: fused_kernel)
     torch.manual_seed(0)
     mlp = _llama_mlp(16, 32)
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(mlp, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 6):
-        _same_step(compiled, mlp, torch.randn(batch, 5, 16))
-    assert (fusion.fused, fusion.glu, fusion.gated) == ((0, 1, 0) if fused_kernel else (0, 0, 1))
+        x = torch.randn(batch, 5, 16)
+        if training:
+            _same_step(compiled, mlp, x)
+        else:
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x), mlp(x), rtol=1e-5, atol=1e-6)
+    glu = fused_kernel and not training
+    assert (fusion.fused, fusion.glu, fusion.gated) == ((0, 1, 0) if glu else (0, 0, 1))
     assert counter.frame_count == 1
 
 
 @requires_cuda
 def test_gated_mlp_compiles_to_gemm_glu_cuda(fusion):
-    """LlamaMLP in bf16 on the GPU: gemm_glu where the fused kernel runs
-    (Hopper), Inductor's own kernels elsewhere; output and every gradient
-    against a float64 copy of the model, one graph across batch sizes."""
+    """LlamaMLP in bf16 on the GPU: in inference gemm_glu where the fused
+    kernel runs (Hopper), Inductor's own kernels elsewhere and in training;
+    output and every gradient against a float64 copy of the model."""
     torch.manual_seed(0)
     mlp = _llama_mlp(64, 96).cuda()
     reference = copy.deepcopy(mlp).double()
-    compiled = torch.compile(copy.deepcopy(mlp).to(torch.bfloat16), fullgraph=True, dynamic=True)
+    model = copy.deepcopy(mlp).to(torch.bfloat16)
+    x = torch.randn(6, 5, 64, device="cuda", dtype=torch.float64)
+    with torch.no_grad():
+        y_ref = reference(x)
+        y = torch.compile(model, fullgraph=True)(x.to(torch.bfloat16))
+    torch.testing.assert_close(y.double(), y_ref, rtol=2e-2, atol=2e-2 * y_ref.abs().max().item())
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    assert (fusion.glu, fusion.gated) == ((1, 0) if hopper else (0, 1))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
     for batch in (3, 6):
         x = torch.randn(batch, 5, 64, device="cuda", dtype=torch.float64)
         y_ref = reference(x)
@@ -178,8 +194,7 @@ def test_gated_mlp_compiles_to_gemm_glu_cuda(fusion):
     for (name, p), p_ref in zip(compiled.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad.double(), p_ref.grad, rtol=2e-2,
                                    atol=2e-2 * p_ref.grad.abs().max().item(), msg=name)
-    hopper = torch.cuda.get_device_capability() == (9, 0)
-    assert (fusion.glu, fusion.gated) == ((1, 0) if hopper else (0, 1))
+    assert (fusion.glu, fusion.gated) == ((1, 1) if hopper else (0, 2))
 
 
 def test_gated_product_left_when_up_is_used_elsewhere(fusion):

@@ -237,13 +237,15 @@ def test_fuse_leaves_the_product_where_up_is_used_elsewhere():
     assert type(fused.up_proj) is nn.Linear
 
 
+@pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("fused_kernel", [False, True])
-def test_fused_gated_mlp_compiles_without_graph_break(monkeypatch, fused_kernel):
+def test_fused_gated_mlp_compiles_without_graph_break(monkeypatch, fused_kernel, training):
     """The fused module's forward, unchanged, multiplies the gate's output by
     what LinearUp returns: Dynamo traces that in one graph across batch
-    sizes. Where the fused kernel runs (functional.hopper_fused; pretended
-    here, the CPU operator computing the same) the graph calls gemm_glu,
-    whose backward AOTAutograd traces; elsewhere the unfused formula."""
+    sizes. In inference where the fused kernel runs (functional._compiles_to_glu;
+    the kernel pretended here, the CPU operator computing the same) the graph
+    calls gemm_glu; in training, and where no fused kernel runs, the
+    unfused formula."""
     monkeypatch.setattr(functional, "hopper_fused", lambda x: fused_kernel)
     torch.manual_seed(0)
     eager = _LlamaMLP(16, 32)
@@ -251,10 +253,15 @@ def test_fused_gated_mlp_compiles_without_graph_break(monkeypatch, fused_kernel)
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
     for batch in (3, 7):
-        _assert_same_step(eager, compiled, torch.randn(batch, 16))
+        x = torch.randn(batch, 16)
+        if training:
+            _assert_same_step(eager, compiled, x)
+        else:
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
     assert counter.frame_count == 1
     ops = {str(n.target) for g in counter.graphs for n in g.graph.nodes}
-    assert any("gemm_glu" in op for op in ops) == fused_kernel, ops
+    assert any("gemm_glu" in op for op in ops) == (fused_kernel and not training), ops
 
 
 class _PackedGlu(nn.Module):

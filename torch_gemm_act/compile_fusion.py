@@ -10,9 +10,9 @@ the fused ones, with the same numerics as fusing the modules by hand. A
 pair whose pre-activation is used elsewhere too is left alone. A pair whose
 output feeds one Linear alone is chained to it, as fuse_linear_act chains
 modules (torch_gemm_act.chain). A gated MLP's ``act(F.linear(x, w_gate)) *
-F.linear(x, w_up)`` becomes one ``gemm_glu`` where its fused kernel runs
-(functional.hopper_fused); elsewhere it is left to Inductor whole: there the
-operator is the two GEMMs and one pass Inductor builds itself.
+F.linear(x, w_up)`` becomes one ``gemm_glu`` where the gated operator pays
+under compile (functional._compiles_to_glu: in inference where its fused
+kernel runs); elsewhere it is left to Inductor whole.
 """
 
 import operator
@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .activations import GATED_BY_GATE, IDENTITY, check_activation
 from .chain import chains
-from .functional import _PLAIN, _compiles_as_eager, _needs_grad, _stores_preact, hopper_fused
+from .functional import _PLAIN, _compiles_as_eager, _compiles_to_glu, _needs_grad, _stores_preact
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
 _RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
@@ -113,7 +113,8 @@ def fuse_graph(graph):
             continue  # left to Inductor, as the functional API leaves it (functional._compiles_as_eager)
         up_node = _gated_up(gemm_node, gemm, act_node, activation)
         if up_node is not None:
-            if hopper_fused(x_value):
+            _, w_up, bias_up, _ = _gemm_of(up_node)
+            if _compiles_to_glu(x_value, needs_grad or _needs_grad(None, _value(w_up), _value(bias_up))):
                 _fuse_gated(graph, gemm_node, act_node, up_node, activation)
                 glu += 1
             else:
@@ -250,7 +251,7 @@ class _FusionPass(CustomGraphPass):
         self.previous = previous  # a pass that was set before; it still runs, first
         self.fused = 0            # pairs fused so far, for the tests
         self.chained = 0          # of them, chained to the Linear after them
-        self.glu = 0              # gated MLPs fused into gemm_glu
+        self.glu = 0              # gated MLPs made one gemm_glu
         self.gated = 0            # gated MLPs left whole to Inductor
 
     def __call__(self, graph):
