@@ -68,7 +68,9 @@ class _WithActivation(_Fused):
         return True
 
     def _activate(self, y):
-        return y if self.activation == IDENTITY else shared_twin(self.activation, self.negative_slope)(y)
+        # forward itself: the shared module has no hooks, and its __call__
+        # would add to host time what fusing saves on a host-bound layer.
+        return y if self.activation == IDENTITY else shared_twin(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight

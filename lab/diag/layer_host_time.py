@@ -22,6 +22,7 @@ import models  # noqa: E402
 
 import torch_gemm_act as tga  # noqa: E402
 from torch_gemm_act import chain, functional  # noqa: E402
+from torch_gemm_act.activations import shared_twin  # noqa: E402
 
 SPIN_CYCLES = 200_000_000  # about 0.1 s
 
@@ -98,10 +99,15 @@ def main():
     print(f"{'piece':40s} {'host us/call':>12s}")
     for name, fn in rows:
         print(f"{name:40s} {host_us(fn, args.calls):12.1f}", flush=True)
+    twin = shared_twin(act_name)
     with torch.no_grad():
         for name, fn in [
             ("no_grad _C.gemm_act (no Z)", lambda: tga._C.gemm_act(x0, w1t, b1, None, act_name, 1.0, 0.0, 0.01,
                                                                   False)),
+            ("no_grad eager block forward", lambda: fc2(act(fc1(x0)))),
+            ("no_grad fused block forward", lambda: ffc2(fact(ffc1(x0)))),
+            ("no_grad twin module call", lambda: twin(z1)),
+            ("no_grad twin .forward", lambda: twin.forward(z1)),
             ("no_grad F.linear", lambda: F.linear(x0, fc1.weight, b1)),
             ("no_grad F.gelu", lambda: F.gelu(z1)),
             ("no_grad torch.mm", lambda: torch.mm(x0, w1t)),
