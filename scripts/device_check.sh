@@ -48,10 +48,11 @@ fi
 
 if want tests; then
 # The CUDA suite once per CUDA backend: "rule" lets the dispatch rule decide;
-# any other name starts the rule at that backend (TORCH_GEMM_ACT_BACKEND).
+# any other name starts the rule at that backend (TORCH_GEMM_ACT_BACKEND):
+# forced, sm90 takes the small problems the rule leaves to the library.
 # The CPU tests are CI's; the sanitizer sweep is its own step.
 PYTEST_K="${PYTEST_K:-cuda and not memcheck and not racecheck}"
-for backend in ${TEST_BACKENDS:-rule sm80 library}; do
+for backend in ${TEST_BACKENDS:-rule sm90 sm80 library}; do
   step "tests, backend $backend ($PYTEST_K)"
   if [ "$backend" = rule ]; then unset TORCH_GEMM_ACT_BACKEND; else export TORCH_GEMM_ACT_BACKEND=$backend; fi
   python3 -m pytest -q tests -p no:cacheprovider --durations=8 -k "$PYTEST_K" 2>&1 \

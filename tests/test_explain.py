@@ -60,24 +60,30 @@ def test_explain_follows_the_dispatch_rule_cuda():
 
 
 def _check_rule():
+    hopper = "sm90" in tga.testing.cuda_backends() and torch.cuda.get_device_capability() == (9, 0)
     a, b, bias = _case()
     assert tga.explain(a, b, bias) == LT + "BIAS [BFloat16]"
-    fused = tga.explain(a, b, bias, activation="gelu")
-    if "sm90" in tga.testing.cuda_backends() and torch.cuda.get_device_capability() == (9, 0):
+    # Below 2^32 multiply-adds the library on every GPU, above it the sm90 kernels on Hopper.
+    small = tga.explain(a, b, bias, activation="gelu")
+    assert small == LT + "BIAS, then the activation pass [BFloat16]", small
+    a2, w2 = random_operands(2048, 1024, 2048, torch.bfloat16, "cuda")
+    bias2 = torch.randn(2048, dtype=torch.bfloat16, device="cuda")
+    fused = tga.explain(a2, w2.t(), bias2, activation="gelu")
+    if hopper:
         assert fused.startswith("sm90: ") and fused.endswith("kmajor B [BFloat16]"), fused
     else:
         assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
     # relu and gelu_tanh without Z, from M = 256 on, at any K: cuBLASLt's own
     # epilogue on every GPU; with Z, or with fewer rows, the sm90 kernel.
-    a4, w4 = random_operands(256, 4096, 256, torch.bfloat16, "cuda")
-    bias4 = torch.randn(256, dtype=torch.bfloat16, device="cuda")
+    a4, w4 = random_operands(256, 4096, 8192, torch.bfloat16, "cuda")
+    bias4 = torch.randn(8192, dtype=torch.bfloat16, device="cuda")
     assert tga.explain(a4, w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
     assert tga.explain(a4, w4.t(), bias4, activation="gelu_tanh") == LT + "GELU_BIAS [BFloat16]"
     short_k = tga.explain(a4[:, :768], w4[:, :768].t(), bias4, activation="gelu_tanh")
     assert short_k == LT + "GELU_BIAS [BFloat16]", short_k
     with_z = tga.explain(a4, w4.t(), bias4, activation="gelu_tanh", return_preact=True)
     few_rows = tga.explain(a4[:128], w4.t(), bias4, activation="relu")
-    if "sm90" in tga.testing.cuda_backends() and torch.cuda.get_device_capability() == (9, 0):
+    if hopper:
         assert with_z.startswith("sm90: ") and few_rows.startswith("sm90: "), (with_z, few_rows)
     # Exact fp32 (TF32 not allowed) goes to the library on every GPU.
     a32, b32, bias32 = _case(torch.float32)

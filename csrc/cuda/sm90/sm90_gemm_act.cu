@@ -235,6 +235,20 @@ bool library_epilogue_is_faster(const GemmActArgs& args) {
   return p.z == nullptr && p.m >= kMinLibraryActivationM && library::cublaslt_fuses_activation(args);
 }
 
+// Below this many multiply-adds the library (cuBLASLt's GEMM, then eager's
+// own activation pass) was faster on aligned operands, its kernels choosing
+// tiles and split-K for problems that fill few of this family's tiles (bf16
+// gelu inference, time / eager: 1536^3 0.97 against this family's 1.18,
+// 1000x4096x1000 0.98 against 2.01, 1024x768x3072 0.96 against 1.05,
+// 256x4096x4096 0.97 against 1.19, 1000^3 0.96 against 1.11). Above it this
+// family wins (2048^3 0.92 against 0.97, 2048x768x3072 0.84 against 0.94);
+// one shape below went the other way (512x1024x4096 0.93 against 0.96).
+constexpr double kMinDirectMultiplyAdds = 4294967296.0;  // 2^32
+bool library_is_faster_small(const GemmActParams& p) {
+  return static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) <
+         kMinDirectMultiplyAdds;
+}
+
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
   Sm90Case out;
@@ -251,7 +265,8 @@ Sm90Case classify(const GemmActArgs& args) {
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if ((library_is_eager(p) || p.k > kMaxDirectK || library_epilogue_is_faster(args)) &&
+    if ((library_is_eager(p) || p.k > kMaxDirectK || library_epilogue_is_faster(args) ||
+         library_is_faster_small(p)) &&
         !forced_here()) {
       return out;
     }
