@@ -107,12 +107,12 @@ _HOPPER = {}
 
 
 def hopper_fused(x):
-    """Whether the operators fuse on x's GPU what no library call does, so
-    that compiled code gains by calling them instead of Inductor's own
-    kernels: the sm90 family's gemm_glu (both projections and the gate in
-    one GEMM) and gemm_dact (the activation's derivative in the epilogue of
-    the GEMM before it), which take fp16/bf16 on compute capability 9.0.
-    Elsewhere both are cuBLAS GEMMs and a pass, as Inductor builds them."""
+    """Whether the operators fuse on x's GPU what no library call does: the
+    sm90 family's gemm_glu (both projections and the gate in one GEMM) and
+    gemm_dact (the activation's derivative in the epilogue of the GEMM
+    before it), which take fp16/bf16 on compute capability 9.0. Elsewhere
+    both are cuBLAS GEMMs and a pass, which saves neither a chain of layers
+    nor compiled code (Inductor builds the same) anything."""
     if not (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
         return False
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
