@@ -111,11 +111,12 @@ def fuse_graph(graph):
         needs_grad = _needs_grad(x_value, w_value, bias_value)
         if _compiles_as_eager(x_value, activation, needs_grad):
             continue  # left to Inductor, as the functional API leaves it (functional._compiles_as_eager)
-        up_node = _gated_up(gemm_node, gemm, act_node, activation)
-        if up_node is not None:
-            _, w_up, bias_up, _ = _gemm_of(up_node)
-            if _compiles_to_glu(x_value, needs_grad or _needs_grad(None, _value(w_up), _value(bias_up))):
-                _fuse_gated(graph, gemm_node, act_node, up_node, activation)
+        up = _gated_up(gemm_node, gemm, act_node, activation)
+        if up is not None:
+            up_node, up_gemm = up
+            up_values = map(_value, up_gemm[1:3])  # its weight and bias
+            if _compiles_to_glu(x_value, _needs_grad(x_value, w_value, bias_value, *up_values)):
+                _fuse_gated(graph, gemm_node, gemm, act_node, up_node, up_gemm, activation)
                 glu += 1
             else:
                 gated += 1  # left whole to Inductor
@@ -140,9 +141,9 @@ def fuse_graph(graph):
 
 
 def _gated_up(gate_node, gate, act_node, activation):
-    """The up projection's node where act(F.linear(x, w_gate, b_gate)) is
-    used only by its product with F.linear(x, w_up, b_up) (that product its
-    only use, the weights of one shape), else None."""
+    """(the up projection's node, its _gemm_of) where act(F.linear(x, w_gate,
+    b_gate)) is used only by its product with F.linear(x, w_up, b_up) (that
+    product its only use, the weights of one shape), else None."""
     if activation not in GATED_BY_GATE or not gate[3] or len(act_node.users) != 1:
         return None
     (product,) = act_node.users
@@ -156,15 +157,16 @@ def _gated_up(gate_node, gate, act_node, activation):
     w_gate, w_up = _value(gate[1]), _value(up[1])
     if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.shape == w_up.shape):
         return None
-    return up_node
+    return up_node, up
 
 
-def _fuse_gated(graph, gate_node, act_node, up_node, activation):
+def _fuse_gated(graph, gate_node, gate, act_node, up_node, up, activation):
     """Replaces act(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up)
-    (_gated_up's match) with gemm_glu, which takes the gate's activation."""
+    (_gated_up's match; gate and up their _gemm_of) with gemm_glu, which
+    takes the gate's activation."""
     (product,) = act_node.users
-    x, w_gate, b_gate, _ = _gemm_of(gate_node)
-    _, w_up, b_up, _ = _gemm_of(up_node)
+    x, w_gate, b_gate, _ = gate
+    _, w_up, b_up, _ = up
     with graph.inserting_before(product):
         b_gate_t = graph.call_function(torch.t, (w_gate,))
         b_up_t = graph.call_function(torch.t, (w_up,))

@@ -147,11 +147,14 @@ def _stores_preact(a, b, bias, c, activation, return_preact):
     return _needs_grad(a, b, bias, c) and activation not in GRAD_FROM_OUTPUT
 
 
-def _needs_grad(a, b, bias, c=None):
+def _needs_grad(*operands):
     """Whether a call on these operands (None: absent) has a backward."""
-    return torch.is_grad_enabled() and (
-        (a is not None and a.requires_grad) or (b is not None and b.requires_grad)
-        or (bias is not None and bias.requires_grad) or (c is not None and c.requires_grad))
+    if not torch.is_grad_enabled():
+        return False
+    for t in operands:
+        if t is not None and t.requires_grad:
+            return True
+    return False
 
 
 def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -201,7 +204,7 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     """
     gate = gate_activation(activation)
     compiled_unfused = torch.compiler.is_compiling() and not _compiles_to_glu(
-        a, _needs_grad(a, b_gate, b_up, bias_gate) or _needs_grad(None, None, bias_up))
+        a, _needs_grad(a, b_gate, b_up, bias_gate, bias_up))
     if compiled_unfused or _is_dtensor(a) or _is_dtensor(b_gate):
         # Compiled where the fused kernel does not pay (_compiles_to_glu), and
         # on DTensors (no sharding strategy yet), the projections and the
