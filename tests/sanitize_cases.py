@@ -84,20 +84,24 @@ def run_cases(only_bf16_weight_t, small):
             tga.gemm_act(a, w.t(), bias, cc, activation=act, beta=0.0 if cc is None else 0.5,
                          return_preact=preact)
             count += 1
-    # gemm_dact (the chained MLP backward): the sm90 dact kernel on aligned
-    # operands with ragged tiles, both B layouts; the GEMM and pass elsewhere.
-    for dtype in (torch.bfloat16, torch.float16):
+    # gemm_dact (the chained MLP backward): each sm90 dact configuration
+    # (forced; None: the rule's) on aligned operands with ragged tiles, both
+    # B layouts; the GEMM and pass elsewhere.
+    dact_configs = [None] + sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dact")})
+    for dtype, config in itertools.product((torch.bfloat16, torch.float16), dact_configs):
         for m, k, n in ((136, 136, 200), (129, 72, 136), (17, 24, 40), (17, 17, 17)):
             grad = torch.randn(m, k, device=dev, dtype=dtype)
             w = torch.randn(k, n, device=dev, dtype=dtype)
             saved = torch.randn(m, n, device=dev, dtype=dtype)
-            for b, act in ((w, "gelu"), (w.t().contiguous().t(), "relu")):
-                for bias in (None, torch.randn(n, device=dev, dtype=dtype)):  # with the column sums
-                    torch.ops.gemm_act.gemm_dact(grad, b, saved, bias, act, 1.0, 0.01)
+            with tga.testing.override(sm90_kernel=config):
+                for b, act in ((w, "gelu"), (w.t().contiguous().t(), "relu")):
+                    for bias in (None, torch.randn(n, device=dev, dtype=dtype)):  # with the column sums
+                        torch.ops.gemm_act.gemm_dact(grad, b, saved, bias, act, 1.0, 0.01)
+                        count += 1
+            if config is None:
+                for bias_shape in ((n,), (m, 1), ()):  # bias_grad: the reduction without dZ
+                    torch.ops.gemm_act.bias_grad(saved, torch.empty(bias_shape, device=dev, dtype=dtype))
                     count += 1
-            for bias_shape in ((n,), (m, 1), ()):  # bias_grad: the reduction without dZ
-                torch.ops.gemm_act.bias_grad(saved, torch.empty(bias_shape, device=dev, dtype=dtype))
-                count += 1
     # gemm_glu's fused kernels (each family forced: below 256 rows the rule
     # sends it to the composite, and the sm80 family runs only forced), with
     # and without H, with and without biases: ragged M and N (a multiple of

@@ -98,6 +98,35 @@ def test_gemm_dact_runs_the_fused_kernel_cuda():
         assert not with_bias or "sum_columns_kernel" in names[1], names
 
 
+def _dact_configs():
+    if not torch.cuda.is_available():
+        return []
+    return sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dact")})
+
+
+@requires_cuda
+@pytest.mark.parametrize("config", _dact_configs())
+@pytest.mark.parametrize("b_layout", ["nmajor", "kmajor"])
+@pytest.mark.parametrize("shape", [(136, 64, 200), (300, 1032, 264)])
+def test_each_dact_kernel_matches_reference_cuda(config, b_layout, shape):
+    """Each sm90 gemm_dact configuration forced (the rule picks by K):
+    ragged tiles, dA and the bias gradient against float64."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family's kernels need an sm_90 GPU")
+    m, k, n = shape
+    grad = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.float64) / k ** 0.5
+    b = (b if b_layout == "nmajor" else b.t().contiguous().t()).to(dtype=torch.bfloat16, device="cuda")
+    z = (2 * torch.randn(m, n, dtype=torch.float64)).to(dtype=torch.bfloat16, device="cuda")
+    bias = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    with tga.testing.override(sm90_kernel=config):
+        out, grad_bias = torch.ops.gemm_act.gemm_dact(grad, b, z, bias, "gelu", 0.75, 0.01)
+    expected = _derivative64(z, "gelu") * 0.75 * (grad.double().cpu() @ b.double().cpu())
+    rtol, atol = TOL[torch.bfloat16]
+    torch.testing.assert_close(out.double().cpu(), expected, rtol=rtol, atol=4 * atol)
+    torch.testing.assert_close(grad_bias.double().cpu(), expected.sum(0), rtol=rtol, atol=4 * atol * m ** 0.5)
+
+
 @requires_cuda
 def test_gemm_dact_bias_gradient_is_deterministic_cuda():
     """The epilogue's per-tile column sums are added in row order: repeated

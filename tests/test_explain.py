@@ -73,18 +73,24 @@ def _check_rule():
         assert fused.startswith("sm90: ") and fused.endswith("kmajor B [BFloat16]"), fused
     else:
         assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
-    # relu and gelu_tanh without Z, from M = 256 on, at any K: cuBLASLt's own
-    # epilogue on every GPU; with Z, or with fewer rows, the sm90 kernel.
-    a4, w4 = random_operands(256, 4096, 8192, torch.bfloat16, "cuda")
+    # relu and gelu_tanh without Z, at any M and K: cuBLASLt's own epilogue
+    # on every GPU.
+    a4, w4 = random_operands(1024, 4096, 8192, torch.bfloat16, "cuda")
     bias4 = torch.randn(8192, dtype=torch.bfloat16, device="cuda")
     assert tga.explain(a4, w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
     assert tga.explain(a4, w4.t(), bias4, activation="gelu_tanh") == LT + "GELU_BIAS [BFloat16]"
     short_k = tga.explain(a4[:, :768], w4[:, :768].t(), bias4, activation="gelu_tanh")
     assert short_k == LT + "GELU_BIAS [BFloat16]", short_k
+    assert tga.explain(a4[:128], w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
+    # With Z, or another activation: the sm90 kernels on Hopper from 769
+    # rows on and up to 128 (its small-M tiles), the library between.
     with_z = tga.explain(a4, w4.t(), bias4, activation="gelu_tanh", return_preact=True)
-    few_rows = tga.explain(a4[:128], w4.t(), bias4, activation="relu")
+    one_tile_row = tga.explain(a4[:128], torch.cat([w4, w4]).t(), None, activation="gelu")
+    for rows in (129, 768):
+        between = tga.explain(a4[:rows], w4.t(), bias4, activation="gelu")
+        assert between == LT + "BIAS, then the activation pass [BFloat16]", (rows, between)
     if hopper:
-        assert with_z.startswith("sm90: ") and few_rows.startswith("sm90: "), (with_z, few_rows)
+        assert with_z.startswith("sm90: ") and one_tile_row.startswith("sm90: "), (with_z, one_tile_row)
     # Exact fp32 (TF32 not allowed) goes to the library on every GPU.
     a32, b32, bias32 = _case(torch.float32)
     assert not torch.backends.cuda.matmul.allow_tf32

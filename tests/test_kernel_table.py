@@ -66,9 +66,11 @@ def test_lab_rows_extend_the_table(table, tmp_path):
     units = table.generate(str(tmp_path), lab.ROWS, lab.EXTRA_TARGETS)
     names = {os.path.basename(u) for u in units}
     for r in lab.ROWS:
-        assert f"sm90_{r.name}_bf16_kmajor.cu" in names
-    for name in lab.EXTRA_TARGETS:
-        assert f"sm90_{name}_bf16_kmajor.cu" in names
+        for dtype, layout in r.targets:
+            assert f"sm90_{r.name}_{dtype}_{layout}.cu" in names
+    for name, targets in lab.EXTRA_TARGETS.items():
+        for dtype, layout in targets:
+            assert f"sm90_{name}_{dtype}_{layout}.cu" in names
 
 
 def test_bad_rows_are_refused(table):

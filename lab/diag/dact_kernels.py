@@ -3,7 +3,9 @@ input gradients: torch.mm alone (the floor), torch.mm then the activation
 backward pass (the unchained backward), and gemm_dact (one fused GEMM) under
 the rule and with the library forced; and the first layer's bias gradient:
 gemm_dact summing it in its epilogue against gemm_dact then bias_grad, and
-bias_grad against PyTorch's sum. Median ms (triton's do_bench).
+bias_grad against PyTorch's sum. Then each compiled sm90 gemm_dact
+configuration forced, with the bias gradient (as the chained backward calls
+it), beside torch.mm. Median ms (triton's do_bench).
 
     python lab/diag/dact_kernels.py
 """
@@ -46,6 +48,20 @@ def main():
               f"{dact / unchained:6.3f}   bias grad [{m}, {n}]: bias_grad {ours_sum:.3f}, "
               f"sum(0) {torch_sum:.3f} ms; dact with it {fused_bias:.3f} against dact then "
               f"bias_grad {then_sum:.3f} ms")
+    configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dact")})
+    print(f"\ngemm_dact with the bias gradient, each configuration forced (ms, / torch.mm): {configs}")
+    for name, m, k, n, act, dtype in CASES:
+        grad = torch.randn(m, k, device="cuda", dtype=dtype)
+        w2 = torch.randn(k, n, device="cuda", dtype=dtype) / k ** 0.5
+        saved = torch.randn(m, n, device="cuda", dtype=dtype)
+        bias = torch.empty(n, device="cuda", dtype=dtype)
+        cells = [f"mm {bench(lambda: torch.mm(grad, w2)):.3f}",
+                 f"rule {bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, bias, act, 1.0, 0.01)):.3f}"]
+        for config in configs:
+            with tga.testing.override(sm90_kernel=config):
+                ms = bench(lambda: torch.ops.gemm_act.gemm_dact(grad, w2, saved, bias, act, 1.0, 0.01))
+            cells.append(f"{config} {ms:.3f}")
+        print(f"{name:8} " + "  ".join(cells))
 
 
 if __name__ == "__main__":

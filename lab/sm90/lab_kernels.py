@@ -22,6 +22,9 @@ ROWS = (
                     extra={"kMathWarpgroups": 3}, **ROTATING),
     sm90.Sm90Config("rotating3_64x192_c1x2", "pingpong", (64, 192), (1, 2), (64, 32), (sm90.BF16_K,),
                     extra={"kMathWarpgroups": 3}, **ROTATING),
+    # gemm_dact with the ping-pong schedule, for short K as the forward's.
+    sm90.Sm90Config("pingpong_128x128_c1x2_dact", "pingpong", (128, 128), (1, 2), (64, sm90.ROW),
+                    (sm90.BF16_N,), stores_z=False, op="gemm_dact", header="cuda/sm90/sm90_dact_kernel.cuh"),
 )
 
 # The no-Z cooperative kernel for bf16 too (fp32 has it in every build).

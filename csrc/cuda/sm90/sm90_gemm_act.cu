@@ -171,6 +171,7 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
     TORCH_CHECK_VALUE(config_op(la.config) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
                       config_name(la.config), "' computes ", op_name(config_op(la.config)),
                       ", not gemm_act");
+    choose_tile_order(p, dtype, la);
   }
 
   const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
@@ -222,17 +223,17 @@ bool library_is_eager(const GemmActParams& p) {
 constexpr int64_t kMaxDirectK = 4096;
 
 // cuBLASLt's own RELU and GELU (tanh form) epilogues, without Z (relu never
-// stores Z: its derivative comes from Y), run wherever M >= 256 (time /
-// eager: 8192x4096x16384 bf16 gelu_tanh 0.86 against this family's 1.03,
-// relu 0.86 against 1.01; 4096^3 gelu_tanh 0.90 against 0.99; 32768x768x3072
+// stores Z: its derivative comes from Y), run at every M (time / eager:
+// 8192x4096x16384 bf16 gelu_tanh 0.86 against this family's 1.03, relu 0.86
+// against 1.01; 4096^3 gelu_tanh 0.90 against 0.99; 32768x768x3072
 // gelu_tanh 0.71 against 0.76; GPT-2's MLP x12 inference, K = 768, 0.85
-// against 0.90 on an H200). One shape went the other way, 16384x1024x4096
-// gelu_tanh 0.77 against 0.74, still level with torch._addmm_activation. The
-// library runs them when it can (library::cublaslt_fuses_activation).
-constexpr int64_t kMinLibraryActivationM = 256;
+// against 0.90; at M = 16, 64 and 128 with K = 4096, N = 16384 0.91-0.93
+// against 0.94-0.97, on an H200). One shape went the other way,
+// 16384x1024x4096 gelu_tanh 0.77 against 0.74, still level with
+// torch._addmm_activation. The library runs them when it can
+// (library::cublaslt_fuses_activation).
 bool library_epilogue_is_faster(const GemmActArgs& args) {
-  const GemmActParams& p = args.params;
-  return p.z == nullptr && p.m >= kMinLibraryActivationM && library::cublaslt_fuses_activation(args);
+  return args.params.z == nullptr && library::cublaslt_fuses_activation(args);
 }
 
 // Below this many multiply-adds the library (cuBLASLt's GEMM, then eager's
@@ -240,13 +241,29 @@ bool library_epilogue_is_faster(const GemmActArgs& args) {
 // tiles and split-K for problems that fill few of this family's tiles (bf16
 // gelu inference, time / eager: 1536^3 0.97 against this family's 1.18,
 // 1000x4096x1000 0.98 against 2.01, 1024x768x3072 0.96 against 1.05,
-// 256x4096x4096 0.97 against 1.19, 1000^3 0.96 against 1.11). Above it this
-// family wins (2048^3 0.92 against 0.97, 2048x768x3072 0.84 against 0.94);
-// one shape below went the other way (512x1024x4096 0.93 against 0.96).
+// 1000^3 0.96 against 1.11). Above it this family wins (2048^3 0.92 against
+// 0.97, 2048x768x3072 0.84 against 0.94, 2048x1024x4096 0.81 against
+// 0.94); one shape below went the other way (512x1024x4096 0.93 against
+// 0.96).
 constexpr double kMinDirectMultiplyAdds = 4294967296.0;  // 2^32
 bool library_is_faster_small(const GemmActParams& p) {
   return static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) <
          kMinDirectMultiplyAdds;
+}
+
+// Between one 128-row tile and this many rows the library was faster
+// whatever the size: two to six tile rows of a long-K problem fill the SMs
+// in too few, too uneven waves, where cuBLAS splits K or takes smaller
+// tiles (bf16 gelu inference at K = 4096, time / eager, the library's
+// first: 192x4096x16384 0.98 against 1.40, 256x4096x11008 0.98 against
+// 1.30, 384x4096x4096 0.98 against 1.69, 512x4096x11008 0.98 against
+// 1.07, 768x4096x4096 0.98 against 1.21; at most 2-4% the other way, in
+// forwards storing Z at N = 16384). Up to 128 rows this family's small-M
+// tiles stream the weight as fast (128x4096x16384 gelu 0.94 against 0.99).
+constexpr int64_t kMaxSmallTileM = 128;
+constexpr int64_t kMinDirectM = 769;
+bool library_is_faster_few_rows(const GemmActParams& p) {
+  return p.m > kMaxSmallTileM && p.m < kMinDirectM;
 }
 
 Sm90Case classify(const GemmActArgs& args) {
@@ -266,7 +283,7 @@ Sm90Case classify(const GemmActArgs& args) {
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
     if ((library_is_eager(p) || p.k > kMaxDirectK || library_epilogue_is_faster(args) ||
-         library_is_faster_small(p)) &&
+         library_is_faster_small(p) || library_is_faster_few_rows(p)) &&
         !forced_here()) {
       return out;
     }
@@ -330,11 +347,11 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
-  choose_launch(p, *dtype, *layout, la);  // the tile order; the configuration is gemm_dact's
   la.config = KernelConfig::cooperative_128x256_c1x2_dact;
   const std::optional<KernelConfig> forced = forced_config();
   if (forced.has_value() && config_op(*forced) == KernelOp::GemmDact) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
+  choose_tile_order(p, *dtype, la);
   at::Tensor sums;
   if (column_sums != nullptr) {
     const TileGeometry tile = tile_geometry(la.config);
@@ -386,10 +403,10 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   auto outputs = fused_glu_outputs(a, store_preact, p);  // fresh: contiguous and aligned
   Workspace workspace{a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
-  choose_launch(p, *dtype, BLayout::KMajor, la);  // the tile order; the configuration is gemm_glu's
   la.config = KernelConfig::cooperative_128x256_c1x2_glu;
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
+  choose_tile_order(p, *dtype, la);
   const LaunchResult result = launch(la.config, *dtype, BLayout::KMajor, activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return std::nullopt;
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_glu: the sm90 kernel '",

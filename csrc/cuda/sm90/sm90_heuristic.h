@@ -68,10 +68,9 @@ inline KernelConfig choose_config(const GemmActParams& p, Dtype dtype, BLayout l
   return C::cooperative_128x256_c1x2;
 }
 
-// Fills la.config, la.raster and la.max_swizzle for the problem in `p` from
-// la.sm_count.
-inline void choose_launch(const GemmActParams& p, Dtype dtype, BLayout layout, LaunchArgs& la) {
-  la.config = choose_config(p, dtype, layout, la.sm_count);
+// Fills la.raster and la.max_swizzle for the problem in `p` and the
+// configuration la.config.
+inline void choose_tile_order(const GemmActParams& p, Dtype dtype, LaunchArgs& la) {
   const TileGeometry g = tile_geometry(la.config);
 
   // Raster order: walk along the dimension of the smaller operand, so the
@@ -100,6 +99,13 @@ inline void choose_launch(const GemmActParams& p, Dtype dtype, BLayout layout, L
         ceil_div(tiles_n, g.cluster_n) == ceil_div(tiles_n, kBand * g.cluster_n) * kBand;
     if (no_extra_tiles) la.max_swizzle = kBand;
   }
+}
+
+// Fills la.config, la.raster and la.max_swizzle for gemm_act's problem in
+// `p` from la.sm_count.
+inline void choose_launch(const GemmActParams& p, Dtype dtype, BLayout layout, LaunchArgs& la) {
+  la.config = choose_config(p, dtype, layout, la.sm_count);
+  choose_tile_order(p, dtype, la);
 }
 
 }  // namespace sm90
