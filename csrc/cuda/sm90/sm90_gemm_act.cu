@@ -261,9 +261,9 @@ bool library_is_faster_small(const GemmActParams& p) {
 // forwards storing Z at N = 16384). Up to 128 rows this family's small-M
 // tiles stream the weight as fast (128x4096x16384 gelu 0.94 against 0.99).
 constexpr int64_t kMaxSmallTileM = 128;
-constexpr int64_t kMinDirectM = 769;
+constexpr int64_t kMaxFewRowsM = 768;
 bool library_is_faster_few_rows(const GemmActParams& p) {
-  return p.m > kMaxSmallTileM && p.m < kMinDirectM;
+  return p.m > kMaxSmallTileM && p.m <= kMaxFewRowsM;
 }
 
 Sm90Case classify(const GemmActArgs& args) {
