@@ -49,7 +49,7 @@ def main():
               f"sum(0) {torch_sum:.3f} ms; dact with it {fused_bias:.3f} against dact then "
               f"bias_grad {then_sum:.3f} ms")
     configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dact")})
-    print(f"\ngemm_dact with the bias gradient, each configuration forced (ms, / torch.mm): {configs}")
+    print(f"\ngemm_dact with the bias gradient, each configuration forced, beside torch.mm (ms): {configs}")
     for name, m, k, n, act, dtype in CASES:
         grad = torch.randn(m, k, device="cuda", dtype=dtype)
         w2 = torch.randn(k, n, device="cuda", dtype=dtype) / k ** 0.5
