@@ -16,9 +16,10 @@ import sys
 
 # Order in tables and plots. torch_mm is the reference every ratio divides by.
 CONTENDERS = ("torch_mm", "eager", "addmm_activation", "compile", "gemm_act",
-              "gemm_act:sm80", "gemm_act:library", "gemm_act:simt")
+              "gemm_act:sm90", "gemm_act:sm80", "gemm_act:library", "gemm_act:simt")
 # gemm_act with one CUDA backend forced (torch_gemm_act.testing), where the
-# build has it: every row times sm80 and library; simt only where a row asks.
+# build has it: every row times sm80 and library (bench.py --forced); sm90
+# and simt only where asked.
 FORCED = {c.split(":")[1]: c for c in CONTENDERS if c.startswith("gemm_act:")}
 MODES = ("inference", "forward", "forward_backward")
 
@@ -28,6 +29,7 @@ LABELS = {
     "addmm_activation": "addmm_act",
     "compile": "compile",
     "gemm_act": "gemm_act",
+    "gemm_act:sm90": "ga:sm90",
     "gemm_act:sm80": "ga:sm80",
     "gemm_act:library": "ga:lib",
     "gemm_act:simt": "ga:simt",
@@ -44,6 +46,7 @@ COLORS = {
     "addmm_activation": "#ff7f0e",
     "compile": "#1f77b4",
     "gemm_act": "#2ca02c",
+    "gemm_act:sm90": "#17becf",
     "gemm_act:sm80": "#9467bd",
     "gemm_act:library": "#8c564b",
     "gemm_act:simt": "#e377c2",

@@ -149,6 +149,9 @@ def test_gated_mlp_compiles_to_gemm_glu_where_it_pays(fusion, monkeypatch, fused
     pair becomes our operator (Inductor builds the same two GEMMs and one
     pass itself). Numerics as eager, one graph across batch sizes."""
     monkeypatch.setattr(functional, "hopper_fused", lambda x: fused_kernel)
+    # Rows symbolic (dynamic=True): the operator decides when it runs,
+    # whatever the bound, and no guard on them recompiles.
+    monkeypatch.setattr(functional, "FUSED_GLU_MIN_ROWS", 10 ** 6)
     torch.manual_seed(0)
     mlp = _llama_mlp(16, 32)
     counter = CompileCounterWithBackend("inductor")
@@ -165,21 +168,39 @@ def test_gated_mlp_compiles_to_gemm_glu_where_it_pays(fusion, monkeypatch, fused
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize("batch,glu", [(3, False), (4, True)])
+def test_gated_mlp_compiles_to_gemm_glu_from_its_rows(fusion, monkeypatch, batch, glu):
+    """With static shapes the pass takes gemm_glu only from the rows at which
+    its fused kernel runs (FUSED_GLU_MIN_ROWS, pretended 20 here): below,
+    Inductor's own GEMMs and pass."""
+    monkeypatch.setattr(functional, "hopper_fused", lambda x: True)
+    monkeypatch.setattr(functional, "FUSED_GLU_MIN_ROWS", 20)
+    torch.manual_seed(0)
+    mlp = _llama_mlp(16, 32)
+    x = torch.randn(batch, 5, 16)  # 15 or 20 rows
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(mlp, fullgraph=True, dynamic=False)(x), mlp(x),
+                                   rtol=1e-5, atol=1e-6)
+    assert (fusion.glu, fusion.gated) == ((1, 0) if glu else (0, 1))
+
+
 @requires_cuda
 def test_gated_mlp_compiles_to_gemm_glu_cuda(fusion):
     """LlamaMLP in bf16 on the GPU: in inference gemm_glu where the fused
-    kernel runs (Hopper), Inductor's own kernels elsewhere and in training;
-    output and every gradient against a float64 copy of the model."""
+    kernel runs (Hopper, from its rows), Inductor's own kernels elsewhere
+    and in training; output and every gradient against a float64 copy of
+    the model."""
     torch.manual_seed(0)
     mlp = _llama_mlp(64, 96).cuda()
     reference = copy.deepcopy(mlp).double()
     model = copy.deepcopy(mlp).to(torch.bfloat16)
-    x = torch.randn(6, 5, 64, device="cuda", dtype=torch.float64)
+    rows = functional.FUSED_GLU_MIN_ROWS or 30
+    x = torch.randn(rows, 64, device="cuda", dtype=torch.float64)
     with torch.no_grad():
         y_ref = reference(x)
         y = torch.compile(model, fullgraph=True)(x.to(torch.bfloat16))
     torch.testing.assert_close(y.double(), y_ref, rtol=2e-2, atol=2e-2 * y_ref.abs().max().item())
-    hopper = torch.cuda.get_device_capability() == (9, 0)
+    hopper = torch.cuda.get_device_capability() == (9, 0) and functional.FUSED_GLU_MIN_ROWS is not None
     assert (fusion.glu, fusion.gated) == ((1, 0) if hopper else (0, 1))
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, dynamic=True)

@@ -8,10 +8,14 @@ import torch
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
+from torch_gemm_act import functional
 from reference import torch_twin
 from test_gated import _close, _operands, _reference64
 
 GATED = list(tga.GATED)
+# Rows from which the rule runs sm90's fused kernel (the C++ side's bound),
+# ragged against its 128-row tile.
+FUSED_ROWS = (functional.FUSED_GLU_MIN_ROWS or 512) + 8
 
 
 def _on_sm90():
@@ -75,7 +79,7 @@ def _biases(kind, n, dtype, which):
 @pytest.mark.parametrize("kind", ["apart", "gate_first", "up_first"])
 @pytest.mark.parametrize("bias", ["none", "both", "up"])
 def test_fused_gemm_glu_matches_float64_cuda(activation, dtype, kind, bias):
-    m, k, n = 520, 136, 392  # ragged against the 128 x 256 tile, N a multiple of 8
+    m, k, n = FUSED_ROWS, 136, 392  # ragged against the 128 x 256 tile, N a multiple of 8
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     wg, wu = _weights(kind, n, k, dtype)
     bg, bu = _biases(kind, n, dtype, bias)
@@ -88,7 +92,7 @@ def test_fused_gemm_glu_matches_float64_cuda(activation, dtype, kind, bias):
 @requires_cuda
 @pytest.mark.parametrize("m", [1, 17, 128, 130])
 def test_fused_gemm_glu_small_m_when_forced_cuda(m):
-    # Below 256 rows the rule runs the composite; forced, the fused kernel
+    # Below FUSED_ROWS the rule runs the composite; forced, the fused kernel
     # must still be right on a single partial tile.
     if not _on_sm90():
         pytest.skip("the fused kernel needs compute capability 9.0")
@@ -110,7 +114,7 @@ def test_gemm_glu_takes_the_fused_kernel_or_the_composite_by_case_cuda(case):
     backward to follow) and which it leaves to the composite (N not a
     multiple of 8, one weight for both, a row-major B, a bias not contiguous
     or not 16-byte aligned), each right either way."""
-    m, k, n = 512, 64, 13 if case == "n_not_8" else 24
+    m, k, n = FUSED_ROWS, 64, 13 if case == "n_not_8" else 24
     a, wg, wu, bg, bu = _operands(m, k, n, torch.bfloat16, "cuda", bias=case.startswith("bias"))
     if case == "bias_strided":
         bu = torch.stack([bu, torch.randn_like(bu)], -1)[:, 0]
@@ -180,7 +184,7 @@ def _trainable(kind, m, k, n, bias):
 def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind, bias):
     """H as the fused kernel writes it, and every gradient from it, against
     float64."""
-    a, wg, wu, bg, bu = _trainable(kind, 520, 136, 392, bias)
+    a, wg, wu, bg, bu = _trainable(kind, FUSED_ROWS, 136, 392, bias)
     (y, h), fused = _fused_kernel_ran(
         lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation=activation, return_preact=True))
     assert fused == _fused_expected()

@@ -2,6 +2,7 @@
 gemm_glu and gated_linear_act."""
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import _C, ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
@@ -122,15 +123,25 @@ def hopper_fused(x):
     return fused
 
 
+# The fewest rows at which gemm_glu runs its fused kernel under the rule (the
+# C++ side's bound); None where the build has no fused gated kernel.
+FUSED_GLU_MIN_ROWS = _C.fused_glu_min_rows()
+
+
 def _compiles_to_glu(a, needs_grad):
     """Whether compiled code takes gemm_glu over Inductor's own kernels: in
-    inference where the fused kernel runs (hopper_fused). Elsewhere the
-    operator is the two GEMMs and one pass Inductor builds itself (the Llama
-    MLP compiled through it: 1.024 / 1.014 x compiled eager in inference /
-    training, H200); and in training the fused kernel's backward measured
-    1.000-1.023 x compiled eager at a peak of 838 against 752 MiB (Llama-7B's
-    MLP x2, H200, torch 2.11)."""
-    return not needs_grad and hopper_fused(a)
+    inference where the fused kernel runs (hopper_fused, from
+    FUSED_GLU_MIN_ROWS rows; with the rows symbolic, the operator decides
+    when it runs, and no guard is added). Elsewhere the operator is the two
+    GEMMs and one pass Inductor builds itself (the Llama MLP compiled through
+    it: 1.024 / 1.014 x compiled eager in inference / training, H200); and in
+    training the fused kernel's backward measured 1.000-1.023 x compiled
+    eager at a peak of 838 against 752 MiB (Llama-7B's MLP x2, H200, torch
+    2.11)."""
+    if needs_grad or FUSED_GLU_MIN_ROWS is None or not hopper_fused(a):
+        return False
+    rows = a.numel() // a.shape[-1] if a.shape[-1] != 0 else 0
+    return not statically_known_true(rows < FUSED_GLU_MIN_ROWS)
 
 
 def host_bound(x, n):

@@ -2,13 +2,14 @@
 the host to be the bottleneck: what the dispatcher, the checks, autograd and
 the launch path cost, and (--profile) which calls the time goes to.
 
-    python lab/diag/host_overhead.py [--size 1000] [--calls 2000] [--profile]
+    python lab/diag/host_overhead.py [--size 1000] [--calls 2000] [--profile [NAME ...]]
 
 Prints the median over 7 repetitions of the wall time per call (the GPU
 synchronised once per repetition) for inference and forward + backward, for
 eager F.linear + gelu, linear_act under the dispatch rule and with each
 CUDA backend forced, and for the pieces a call is made of. --profile adds
-torch.profiler's table of host time per operator and CUDA API call.
+torch.profiler's table of host time per operator and CUDA API call for the
+named contenders' forward + backward (default: eager and linear_act).
 """
 
 import argparse
@@ -52,7 +53,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=1000, help="M = K = N")
     p.add_argument("--calls", type=int, default=2000)
-    p.add_argument("--profile", action="store_true")
+    p.add_argument("--profile", nargs="*", default=None, metavar="NAME",
+                   help="contenders to profile (none named: eager and linear_act)")
     args = p.parse_args()
     n = args.size
     dt = torch.bfloat16
@@ -109,8 +111,8 @@ def main():
     with torch.no_grad():
         for name, f in pieces.items():
             print(f"{name:28s} {per_call_us(f, args.calls):10.1f}")
-    if args.profile:
-        for name in ("eager", "linear_act"):
+    if args.profile is not None:
+        for name in args.profile or ("eager", "linear_act"):
             f = contenders[name]
 
             def train(f=f):

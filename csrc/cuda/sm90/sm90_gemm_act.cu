@@ -373,10 +373,6 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   return true;
 }
 
-// Below this many rows the composite's GEMMs (cuBLAS, which streams the
-// weights at small M) run gemm_glu: the fused kernel's tiles are 128 rows.
-constexpr int64_t kMinGluRows = 256;
-
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,

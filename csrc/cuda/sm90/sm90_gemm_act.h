@@ -33,6 +33,12 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 // there too: reduced per tile in the kernel's epilogue, then added up.
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
+// Below this many rows gemm_glu leaves the fused kernel (its tiles are 128
+// rows) for the composite, whose GEMMs are cuBLAS's (sm90_gemm_act.cu says
+// what was measured). Under torch.compile the Python side asks it too
+// (fused_glu_min_rows).
+constexpr int64_t kMinGluRows = 256;
+
 // gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate +
 // bias_gate) * (a @ b_up + bias_up), a [M, K], b_gate and b_up [K, N]
 // (weights' transposes, K-major, one row stride), each bias [N] or none
