@@ -33,11 +33,11 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 // there too: reduced per tile in the kernel's epilogue, then added up.
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
-// Below this many rows gemm_glu leaves the fused kernel (its tiles are 128
-// rows) for the composite, whose GEMMs are cuBLAS's (sm90_gemm_act.cu says
-// what was measured). Under torch.compile the Python side asks it too
+// Below this many rows gemm_glu leaves the fused kernel for the composite,
+// whose GEMMs are cuBLAS's (fused_glu_pays in sm90_gemm_act.cu says what was
+// measured). Under torch.compile the Python side asks it too
 // (fused_glu_min_rows).
-constexpr int64_t kMinGluRows = 256;
+constexpr int64_t kMinGluRows = 2048;
 
 // gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate +
 // bias_gate) * (a @ b_up + bias_up), a [M, K], b_gate and b_up [K, N]
@@ -45,7 +45,8 @@ constexpr int64_t kMinGluRows = 256;
 // (fused_glu_biases_fit, gated.h), and H [M, 2N] both projections side by
 // side where store_preact (else undefined), on the fused kernel when it can
 // (compute capability 9.0, fp16/bf16, N a multiple of 8, what TMA can
-// read); nothing, having allocated nothing, otherwise.
+// read) and the rule runs it there (in inference, from kMinGluRows rows;
+// any case when forced); nothing, having allocated nothing, otherwise.
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
