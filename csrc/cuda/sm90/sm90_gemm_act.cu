@@ -382,10 +382,11 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 //   0.90 against 0.96 at 4096; at Llama-13B's and Mistral-7B's widths level
 //   to 2 % ahead from 2048 rows; the forward storing H likewise below 2048;
 // - with H stored from 2048 rows at K = 4096 and 5120, the composite was
-//   ahead at most shapes (forward 0.955 against 0.973 on average, in two
-//   runs); at K = 1024 the fused kernel was (timm's packed GluMlp at ViT-L
-//   width, 12608 rows, training step 0.82 with it, 0.88 with the
-//   composite). K between 1024 and 4096 is not measured.
+//   ahead (averages of six shapes in two runs: forward 0.95-0.96 against
+//   0.975-0.99, forward + backward 0.95 against 0.96-0.97); at K = 1024
+//   the fused kernel was (timm's packed GluMlp at ViT-L width, 12608
+//   rows, training step 0.82 with it, 0.88 with the composite). K between
+//   1024 and 4096 is not measured.
 namespace {
 constexpr int64_t kMinComposedPreactK = 4096;
 bool fused_glu_pays(const GemmActParams& p, bool store_preact) {
