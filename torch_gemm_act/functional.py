@@ -2,7 +2,6 @@
 gemm_glu and gated_linear_act."""
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import _C, ops
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
@@ -140,6 +139,9 @@ def _compiles_to_glu(a, needs_grad):
     2.11)."""
     if needs_grad or FUSED_GLU_MIN_ROWS is None or not hopper_fused(a):
         return False
+    # Imported here, under torch.compile, which has loaded it: at the
+    # package's import it would load sympy.
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
     rows = a.numel() // a.shape[-1] if a.shape[-1] != 0 else 0
     return not statically_known_true(rows < FUSED_GLU_MIN_ROWS)
 
