@@ -44,12 +44,18 @@ def _has_sm80():
             and "sm80" in tga.testing.cuda_backends())
 
 
-def _fused_expected(stores_h=False):
-    """Whether a gemm_glu case the fused kernels take runs one: sm90's on
-    compute capability 9.0, under the rule in inference (H not kept) and
-    forced in any case; sm80's where that family is forced."""
-    return (_rule_starts_at_sm90() and (not stores_h or _backend() == "sm90")) or \
-        (_backend() == "sm80" and _has_sm80())
+# The depth from which the rule leaves a gemm_glu that keeps H (training) to
+# the composite (kMinComposedPreactK, sm90_gemm_act.cu).
+COMPOSED_PREACT_K = 4096
+
+
+def _fused_expected(stores_h=False, k=0):
+    """Whether a gemm_glu case the fused kernels take, from FUSED_ROWS rows,
+    runs one: sm90's on compute capability 9.0, under the rule where H is not
+    kept or K is short, forced in any case; sm80's where that family is
+    forced."""
+    rule_fuses = not stores_h or k < COMPOSED_PREACT_K or _backend() == "sm90"
+    return (_rule_starts_at_sm90() and rule_fuses) or (_backend() == "sm80" and _has_sm80())
 
 
 def _halves(kind, shape, scale, dtype):
@@ -132,12 +138,23 @@ def test_gemm_glu_takes_the_fused_kernel_or_the_composite_by_case_cuda(case):
     (y, *_), fused = _fused_kernel_ran(
         lambda: tga.gemm_glu(a, b_gate, b_up, bg, bu, return_preact=True) if case == "preact"
         else (tga.gemm_glu(a, b_gate, b_up, bg, bu),))
-    # The fused kernel flattens a batch's rows, and writes H where it is kept
-    # (return_preact, or for the backward) when forced; the other cases are
-    # the composite's.
-    stores_h = case in ("preact", "grad")
-    assert fused == (case in ("bias", "batched", "preact", "grad") and _fused_expected(stores_h))
+    # The fused kernel flattens a batch's rows and writes H where it is kept
+    # (return_preact, or for the backward); the other cases are the composite's.
+    assert fused == (case in ("bias", "batched", "preact", "grad") and _fused_expected())
     _close(y.reshape(m, n), _y_expected(fused, a.reshape(m, k), wg, wu, bg, bu, "swiglu"), torch.bfloat16)
+
+
+@requires_cuda
+@pytest.mark.parametrize("k", [COMPOSED_PREACT_K - 8, COMPOSED_PREACT_K])
+@pytest.mark.parametrize("keep_h", [False, True])
+def test_gemm_glu_keeping_h_at_long_k_takes_the_composite_cuda(k, keep_h):
+    """Where H is kept, the rule runs the fused kernel only at short K; in
+    inference at any K. Right either way."""
+    a, wg, wu, _, _ = _operands(FUSED_ROWS, k, 24, torch.bfloat16, "cuda", bias=False)
+    out, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), return_preact=keep_h))
+    y = out[0] if keep_h else out
+    assert fused == _fused_expected(stores_h=keep_h, k=k)
+    _close(y, _y_expected(fused, a, wg, wu, None, None, "swiglu"), torch.bfloat16)
 
 
 def _y_expected(fused, a, wg, wu, bg, bu, activation):
@@ -191,7 +208,7 @@ def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind, bias):
     a, wg, wu, bg, bu = _trainable(kind, FUSED_ROWS, 136, 392, bias)
     (y, h), fused = _fused_kernel_ran(
         lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation=activation, return_preact=True))
-    assert fused == _fused_expected(stores_h=True)
+    assert fused == _fused_expected(stores_h=True, k=136)
     _check_training(y, h, fused, a, wg, wu, bg, bu, activation)
 
 

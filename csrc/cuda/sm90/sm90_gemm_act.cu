@@ -373,19 +373,23 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   return true;
 }
 
-// The rule runs the fused kernel in inference (H not stored) from
-// kMinGluRows rows. Measured against the composite (cuBLAS's two GEMMs into
-// H, then the gate's pass), time / eager, swiglu bf16 (H200):
+// The rule runs the fused kernel from kMinGluRows rows, in training (H
+// stored) only below kMinComposedPreactK. Measured against the composite
+// (cuBLAS's two GEMMs into H, then the gate's pass), time / eager, swiglu
+// bf16 (H200):
 // - inference, Llama-7B's 4096 -> 11008: 1.21 against 0.93 at 256 rows,
 //   1.02 against 0.93 at 1024, level at 1536, 0.93 against 0.97 at 2048,
 //   0.90 against 0.96 at 4096; at Llama-13B's and Mistral-7B's widths level
-//   to 2 % ahead from 2048 rows;
-// - with H stored (training), the composite was ahead at most shapes from
-//   2048 rows (forward 0.96 against 0.99 on average, forward + backward
-//   0.955 against 0.973).
+//   to 2 % ahead from 2048 rows; the forward storing H likewise below 2048;
+// - with H stored from 2048 rows at K = 4096 and 5120, the composite was
+//   ahead at most shapes (forward 0.955 against 0.973 on average, in two
+//   runs); at K = 1024 the fused kernel was (timm's packed GluMlp at ViT-L
+//   width, 12608 rows, training step 0.82 with it, 0.88 with the
+//   composite). K between 1024 and 4096 is not measured.
 namespace {
-bool fused_glu_pays(int64_t m, bool store_preact) {
-  return forced_here() || (!store_preact && m >= kMinGluRows);
+constexpr int64_t kMinComposedPreactK = 4096;
+bool fused_glu_pays(const GemmActParams& p, bool store_preact) {
+  return forced_here() || (p.m >= kMinGluRows && (!store_preact || p.k < kMinComposedPreactK));
 }
 }  // namespace
 
@@ -408,7 +412,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
                            p.b_stride_n >= p.k && aligned16(p.b) && aligned16(p.c) &&
                            delta_bytes != 0 && delta_bytes % 16 == 0 && delta_bytes < (int64_t{1} << 40);
   if (p.m <= 0 || p.k <= 0 || (p.n / 2) % 8 != 0 || !weights_fit || !a_fits_tma(p, align) ||
-      !fused_glu_pays(p.m, store_preact)) {
+      !fused_glu_pays(p, store_preact)) {
     return std::nullopt;
   }
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));

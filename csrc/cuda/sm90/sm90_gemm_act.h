@@ -45,8 +45,9 @@ constexpr int64_t kMinGluRows = 2048;
 // (fused_glu_biases_fit, gated.h), and H [M, 2N] both projections side by
 // side where store_preact (else undefined), on the fused kernel when it can
 // (compute capability 9.0, fp16/bf16, N a multiple of 8, what TMA can
-// read) and the rule runs it there (in inference, from kMinGluRows rows;
-// any case when forced); nothing, having allocated nothing, otherwise.
+// read) and the rule runs it there (from kMinGluRows rows; with H stored,
+// only at short K; any case when forced); nothing, having allocated
+// nothing, otherwise.
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
