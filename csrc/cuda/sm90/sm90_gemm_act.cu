@@ -374,18 +374,15 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 }
 
 // The rule runs the fused kernel from kMinGluRows rows, in training (H
-// stored) only below kMinComposedPreactK. Measured against the composite
-// (cuBLAS's two GEMMs into H, then the gate's pass), time / eager, swiglu
-// bf16 (H200):
-// - inference, Llama-7B's 4096 -> 11008: 1.21 against 0.93 at 256 rows,
-//   1.02 against 0.93 at 1024, level at 1536, 0.93 against 0.97 at 2048,
-//   0.90 against 0.96 at 4096; at Llama-13B's and Mistral-7B's widths level
-//   to 2 % ahead from 2048 rows; the forward storing H likewise below 2048;
-// - with H stored from 2048 rows at K = 4096 and 5120, the composite was
-//   ahead at most shapes (forward 0.955 against 0.973 on average, in two
-//   runs); at K = 1024 the fused kernel was (timm's packed GluMlp at ViT-L
-//   width, 12608 rows, training step 0.82 with it, 0.88 with the
-//   composite). K between 1024 and 4096 is not measured.
+// stored) only below kMinComposedPreactK; the composite (cuBLAS's two GEMMs
+// into H, then the gate's pass) elsewhere. Measured (H200, swiglu bf16,
+// time / eager; docs/DESIGN.md, "Gated activations"): in inference at
+// Llama-7B's widths the fused kernel read 1.21 against 0.93 at 256 rows,
+// level at 1536, 0.93 against 0.97 at 2048. Keeping H, at K = 4096 and
+// 5120 the composite's forward was level or ahead (0.95-0.96 against
+// 0.96-0.99, three runs); below, neither won everywhere (2-4 % either way),
+// and timm's packed GluMlp (K = 1024) trained at 0.82 with the fused kernel
+// against 0.85-0.88 with the composite.
 namespace {
 constexpr int64_t kMinComposedPreactK = 4096;
 bool fused_glu_pays(const GemmActParams& p, bool store_preact) {
