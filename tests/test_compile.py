@@ -98,6 +98,65 @@ def test_compiled_fused_model_does_not_recompile_across_batch_sizes(device):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
+def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(monkeypatch, device):
+    """Where a fused layer's operator would take eager's formula under
+    torch.compile (exact fp32 on CUDA; made so here on the CPU), the fused
+    model compiles to the unfused model's graph, call for call: the
+    modules take the unfused path themselves rather than through the chain
+    and the operator's Python, whose guards and chain-link writes cost every
+    compiled call host time."""
+    if device == "cpu":
+        monkeypatch.setattr(tga.modules, "_compiles_as_eager", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16),
+                                torch.nn.Linear(16, 32), torch.nn.GELU(approximate="tanh"),
+                                torch.nn.Linear(32, 8)).to(device)
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    assert sum(isinstance(m, tga.LinearAct) for m in fused.modules()) == 4
+
+    def aten_calls(model, x):
+        calls = []
+
+        def backend(gm, example_inputs):
+            # Module construction in the trace records a logging call, not an operator.
+            calls.extend(str(n.target) for n in gm.graph.nodes
+                         if n.op == "call_function" and "_log_api_usage" not in str(n.target))
+            return gm
+        torch._dynamo.reset()
+        out = torch.compile(model, backend=backend, fullgraph=True)(x)
+        return calls, out
+
+    x = torch.randn(5, 16, device=device)
+    fused_calls, out = aten_calls(fused, x)
+    eager_calls, expected = aten_calls(eager, x)
+    assert fused_calls == eager_calls
+    assert_close(out, expected, torch.float32)
+
+
+def test_emptying_an_empty_chain_link_writes_nothing():
+    """Each write to a ChainLink under torch.compile is a side effect that
+    Dynamo replays after the graph on every call; a layer that finds its
+    link empty leaves it alone."""
+    from torch_gemm_act.chain import ChainLink
+
+    class CountingLink(ChainLink):
+        __slots__ = ()
+        writes = 0
+
+        def __setattr__(self, name, value):
+            type(self).writes += 1
+            super().__setattr__(name, value)
+
+    link = CountingLink()
+    CountingLink.writes = 0
+    assert link.take(torch.ones(1)) is None
+    link.clear()
+    assert CountingLink.writes == 0
+    y = torch.ones(2)
+    link.put(y, y, None, "gelu", 0.0)
+    assert link.take(y) == (y, None, "gelu", 0.0) and link.y is None
+
+
 def test_no_graph_break():
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(_fn)(torch.randn(4, 8), torch.randn(3, 8), torch.randn(3))

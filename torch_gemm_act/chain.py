@@ -41,13 +41,19 @@ class ChainLink:
 
     def __init__(self, through=None):
         self.through = through
-        self.clear()
+        self._empty()
 
     def open(self):
         """Whether Y can reach the next layer unchanged."""
         return self.through is None or not self.through.training or self.through.p == 0
 
     def clear(self):
+        # An empty link is left unwritten: under torch.compile every write
+        # is a side effect replayed after the graph on each call.
+        if self.y is not None:
+            self._empty()
+
+    def _empty(self):
         self.y = self.z = self.bias = None
         self.activation, self.negative_slope = IDENTITY, 0.0
 
@@ -71,7 +77,7 @@ class ChainLink:
 
     def __setstate__(self, through):
         self.through = through
-        self.clear()
+        self._empty()
 
 
 def _differentiated(x, b, bias):

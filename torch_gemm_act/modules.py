@@ -5,9 +5,11 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 import torch
 from torch import nn
 
-from .activations import GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin
+from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin,
+                          twin)
 from .chain import chained_gemm
-from .functional import SWIGLU, _gemm_act_of_weight, _is_dtensor, gated_linear_act, gemm_act, host_bound
+from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad, gated_linear_act,
+                         gemm_act, host_bound)
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -55,10 +57,18 @@ class _WithActivation(_Fused):
 
     def _runs_unfused(self, x, n):
         """Whether this call runs ATen's kernels, as the unfused layer does:
-        where the layer is host-bound (functional.host_bound), the fused
-        operator saving less GPU time than its host time costs; a chain's
-        second layer still takes what the first published."""
-        if not host_bound(x, n):
+        in eager mode where the layer is host-bound (functional.host_bound),
+        the fused operator saving less GPU time than its host time costs;
+        under torch.compile where the operator would take eager's formula
+        anyway (functional._compiles_as_eager), so that the module's
+        forward is traced as the unfused one, with as few guards (the chain
+        and operator path added about 1.7 us of guard checks per fused
+        block to every compiled call). A chain's second layer still takes
+        what the first published."""
+        if torch.compiler.is_compiling():
+            if not _compiles_as_eager(x, self.activation, _needs_grad(x, self.weight, self.bias)):
+                return False
+        elif not host_bound(x, n):
             return False
         if self._chain_in is None:
             return True
@@ -70,7 +80,12 @@ class _WithActivation(_Fused):
     def _activate(self, y):
         # forward itself: the shared module has no hooks, and its __call__
         # would add to host time what fusing saves on a host-bound layer.
-        return y if self.activation == IDENTITY else shared_twin(self.activation, self.negative_slope).forward(y)
+        # Dynamo traces through the cache (with a warning) and builds the
+        # module anyway: under torch.compile, a fresh one.
+        if self.activation == IDENTITY:
+            return y
+        module = twin if torch.compiler.is_compiling() else shared_twin
+        return module(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight

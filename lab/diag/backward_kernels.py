@@ -8,7 +8,7 @@ Last, each contender's wall time per call (CUDA events, median of --rounds
 rounds taken in turns, every other round backwards): kernels that sum to
 less than the wall time point at gaps (host, allocator, sync).
 
-    python lab/diag/backward_kernels.py [--only 16384x1024x4096,...] [--forced library sm80]
+    python lab/diag/backward_kernels.py [--only 16384x1024x4096,...] [--forced library sm80] [--group odd --compile]
 """
 
 import argparse
@@ -30,11 +30,13 @@ def main():
     p.add_argument("--only", default=None, help="comma-separated MxKxN shapes")
     p.add_argument("--forced", nargs="*", default=[], help="CUDA backends to force in gemm_act's forward")
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--group", default="training", help="the shapes file's group")
+    p.add_argument("--compile", action="store_true", help="add torch.compile of eager as a contender")
     args = p.parse_args()
     import torch_gemm_act
 
     with open(args.shapes) as f:
-        shapes = json.load(f)["training"]
+        shapes = json.load(f)[args.group]
     for s in shapes:
         M, K, N = s["M"], s["K"], s["N"]
         if args.only and f"{M}x{K}x{N}" not in args.only.split(","):
@@ -60,6 +62,9 @@ def main():
             "eager": step(lambda: twin(F.linear(a, w, bias))),
             "gemm_act": step(lambda: torch_gemm_act.linear_act(a, w, bias, act)),
         }
+        if args.compile:
+            compiled = torch.compile(lambda a, w, bias: twin(F.linear(a, w, bias)))
+            runs["compile"] = step(lambda: compiled(a, w, bias))
         for backend in args.forced:
             def forced_fwd(backend=backend):
                 with torch_gemm_act.testing.override(cuda_backend=backend):
