@@ -163,6 +163,33 @@ def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
 
 
 @requires_cuda
+@pytest.mark.parametrize("activation", [nn.ReLU, nn.SiLU])
+def test_host_bound_inference_peaks_no_higher_than_eager_cuda(activation):
+    """A host-bound fused model in inference (ATen's kernels, the activation
+    in place on the Linear's fresh output) holds no more memory at its peak
+    than the unfused one, which frees each block's input after its Linear."""
+    eager = nn.Sequential(nn.Linear(256, 1024), activation(), nn.Linear(1024, 256),
+                          nn.Linear(256, 1024), activation(), nn.Linear(1024, 256)).cuda()
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    x = torch.randn(512, 256, device="cuda")
+
+    def peak(model):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        with torch.no_grad():
+            out = model(x)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, out
+
+    peak(fused)  # cuBLAS's workspace, allocated once
+    fused_peak, out = peak(fused)
+    eager_peak, expected = peak(eager)
+    assert fused_peak <= eager_peak, (fused_peak, eager_peak)
+    assert_close(out, expected, torch.float32)
+
+
+@requires_cuda
 def test_host_bound_layers_run_atens_kernels_cuda():
     """On CUDA a layer below HOST_BOUND_MULTIPLY_ADDS runs as the unfused
     one does (F.linear, then the activation); from there on, the fused op."""

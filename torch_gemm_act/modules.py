@@ -84,8 +84,13 @@ class _WithActivation(_Fused):
         # module anyway: under torch.compile, a fresh one.
         if self.activation == IDENTITY:
             return y
-        module = twin if torch.compiler.is_compiling() else shared_twin
-        return module(self.activation, self.negative_slope).forward(y)
+        if torch.compiler.is_compiling():
+            return twin(self.activation, self.negative_slope).forward(y)
+        # Outside autograd, y (this call's own temporary) takes the
+        # activation in place where the twin can: the layer's input, which
+        # the caller still holds, would otherwise be alive beside Z and Y,
+        # where an unfused model has freed it after its Linear.
+        return shared_twin(self.activation, self.negative_slope, not torch.is_grad_enabled()).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight
