@@ -257,6 +257,12 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
   return prepare_backward_pass(grad_y, saved, bias, activation, negative_slope, /*with_grad_z=*/true);
 }
 
+void check_zero_pad(const at::Tensor& src, int64_t rows, int64_t cols) {
+  TORCH_CHECK_VALUE(src.dim() == 2 && src.size(0) <= rows && src.size(1) <= cols,
+                    "zero_pad: expected a 2-D src of at most ", rows, " x ", cols, " elements, got ",
+                    shape_str(src.sizes()));
+}
+
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias) {
   return prepare_backward_pass(grad, grad, bias, activation_name(Activation::None), 0.0,
                                /*with_grad_z=*/false);

@@ -66,6 +66,16 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
 // params.grad_z null): the backward pass of the identity, reducing only.
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias);
 
+// Validates zero_pad's inputs: src 2-D, of at most rows x cols.
+void check_zero_pad(const at::Tensor& src, int64_t rows, int64_t cols);
+
+// The zero_pad operator of a backend whose padded copy is `Pad`.
+template <at::Tensor (*Pad)(const at::Tensor&, int64_t, int64_t)>
+at::Tensor zero_pad_impl(const at::Tensor& src, int64_t rows, int64_t cols) {
+  check_zero_pad(src, rows, cols);
+  return Pad(src, rows, cols);
+}
+
 // (dZ, dbias), dbias empty without a bias.
 std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args);
 

@@ -22,6 +22,7 @@ using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
 using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
 using BiasGradSignature = at::Tensor(const at::Tensor&, const at::Tensor&);
+using ZeroPadSignature = at::Tensor(const at::Tensor&, int64_t, int64_t);
 using GluSignature = at::Tensor(const at::Tensor&, c10::string_view, double);
 using GluBackwardSignature = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view,
                                         double);
@@ -51,6 +52,10 @@ inline const c10::TypedOperatorHandle<ActivationBackwardSignature>& activation_b
 }
 inline const c10::TypedOperatorHandle<BiasGradSignature>& bias_grad() {
   static const auto h = find<BiasGradSignature>("gemm_act::bias_grad");
+  return h;
+}
+inline const c10::TypedOperatorHandle<ZeroPadSignature>& zero_pad() {
+  static const auto h = find<ZeroPadSignature>("gemm_act::zero_pad");
   return h;
 }
 inline const c10::TypedOperatorHandle<GemmDactSignature>& gemm_dact() {

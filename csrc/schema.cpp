@@ -19,6 +19,10 @@ TORCH_LIBRARY(gemm_act, m) {
   // grad summed to bias's shape (bias broadcasts against grad as against
   // gemm_act's output): a bias's gradient where dZ needs no pass.
   m.def("bias_grad(Tensor grad, Tensor bias) -> Tensor");
+  // src [r, c] in the top-left corner of a [rows, cols] tensor of zeros:
+  // the backward's copies of a GEMM's operands with rows padded to 16 bytes
+  // (cuBLAS runs unaligned rows on a much slower kernel).
+  m.def("zero_pad(Tensor src, int rows, int cols) -> Tensor");
   // act'(saved) * (alpha * grad @ b): the gradient of a GEMM's input a =
   // act(Z) with respect to Z, in one GEMM where a backend fuses it (saved is
   // Y or Z as the activation's table row says); with a bias, also that

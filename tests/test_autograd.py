@@ -140,16 +140,21 @@ def test_weight_gradient_needs_no_copy(device):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k, n", [(187, 177), (187, 176), (184, 177)])
-def test_gradients_with_rows_not_16_byte_aligned(k, n, dtype, device):
+@pytest.mark.parametrize("b_layout", ["row_major", "weight_t"])
+def test_gradients_with_rows_not_16_byte_aligned(k, n, dtype, b_layout, device):
     # On CUDA the backward pads K and N for cuBLAS where rows are not 16-byte
     # aligned and the problem is large enough (csrc/autograd.cpp:
-    # 2304 * K * N > 2^26 here), and slices the results back.
+    # 2304 * K * N > 2^26 here), and slices the results back; b is padded
+    # in whichever layout has contiguous rows (an nn.Linear's weight.t(): the weight).
     a = torch.randn(2, 1152, k, dtype=torch.float64)
     b = torch.randn(k, n, dtype=torch.float64) * k ** -0.5
+    if b_layout == "weight_t":
+        b = b.t().contiguous().t()
     bias = torch.randn(n, dtype=torch.float64)
     c = torch.randn(2, 1152, n, dtype=torch.float64)
     grad_y = torch.randn(2, 1152, n, dtype=torch.float64)
     ins = [t.to(dtype).to(device).requires_grad_() for t in (a, b, bias, c)]
+    assert ins[1].stride() == b.stride()
     y = tga.gemm_act(*ins, activation="gelu", alpha=0.5, beta=1.5)
     grads = torch.autograd.grad(y, ins, grad_y.to(dtype).to(device))
     ref_ins = [t.detach().double().cpu().requires_grad_() for t in ins]

@@ -31,6 +31,25 @@ def test_opcheck_activation_backward(bias_kind, device):
     torch.library.opcheck(torch.ops.gemm_act.activation_backward.default, (grad_y, z, bias, "silu", 0.01))
 
 
+def test_opcheck_zero_pad(device):
+    torch.library.opcheck(torch.ops.gemm_act.zero_pad.default, (torch.randn(6, 5, device=device), 7, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("src", ["contiguous", "offset_rows", "transposed"])
+def test_zero_pad_values(dtype, src, device):
+    """zero_pad against ATen's pad: rows of any alignment (a view whose rows
+    start at an odd element), a column stride other than 1, each dtype."""
+    base = torch.randn(37, 45, dtype=dtype, device=device)
+    t = {"contiguous": base, "offset_rows": base[1:, 3:44], "transposed": base.t()}[src]
+    assert torch.equal(torch.ops.gemm_act.zero_pad(t, t.shape[0], t.shape[1]), t)  # nothing to add
+    out = torch.ops.gemm_act.zero_pad(t, t.shape[0] + 3, t.shape[1] + 5)
+    assert out.is_contiguous()
+    assert torch.equal(out, F.pad(t, (0, 5, 0, 3)))
+    with pytest.raises(ValueError, match="at most"):
+        torch.ops.gemm_act.zero_pad(t, t.shape[0] - 1, t.shape[1])
+
+
 def _fn(x, w, bias):
     return tga.linear_act(x, w, bias, "gelu").sum(-1)
 

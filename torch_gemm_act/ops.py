@@ -34,6 +34,13 @@ def _activation_backward_fake(grad_y, saved, bias, activation, negative_slope):
     return torch.empty_like(grad_y, memory_format=torch.contiguous_format), grad_bias
 
 
+@torch.library.register_fake("gemm_act::zero_pad")
+def _zero_pad_fake(src, rows, cols):
+    torch._check(src.dim() == 2 and src.shape[0] <= rows and src.shape[1] <= cols,
+                 lambda: f"zero_pad: expected a 2-D src of at most {rows} x {cols} elements, got {tuple(src.shape)}")
+    return src.new_empty((rows, cols))
+
+
 @torch.library.register_fake("gemm_act::gemm_dact")
 def _gemm_dact_fake(grad, b, saved, bias, activation, alpha, negative_slope):
     torch._check(b.dim() == 2, lambda: f"gemm_dact: b must be 2-D [K, N], got {tuple(b.shape)}")

@@ -1,4 +1,5 @@
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <torch/library.h>
 
 #include <string>
@@ -16,6 +17,11 @@ void bias_grad_cpu(const ActivationBackwardArgs& args) {
   args.grad_bias.copy_(at::sum_to(args.grad_y, args.bias_sizes).reshape({-1}));
 }
 
+// ATen's pad, as the backward's copies were made before this operator.
+at::Tensor zero_pad_cpu(const at::Tensor& src, int64_t rows, int64_t cols) {
+  return at::constant_pad_nd(src, {0, cols - src.size(1), 0, rows - src.size(0)}, 0);
+}
+
 std::string plan_cpu(const GemmActArgs& args) {
   return std::string("cpu: ATen's GEMM, then one fused epilogue pass [") +
          c10::toString(args.y.scalar_type()) + "]";
@@ -28,6 +34,7 @@ TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cpu>);
   m.impl("activation_backward", &gemm_act::activation_backward_impl<gemm_act::activation_backward_cpu>);
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::bias_grad_cpu>);
+  m.impl("zero_pad", &gemm_act::zero_pad_impl<gemm_act::zero_pad_cpu>);
   m.impl("gemm_dact",
          &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_unfused<gemm_act::activation_backward_cpu>>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);

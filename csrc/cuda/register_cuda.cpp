@@ -37,6 +37,7 @@
 #include "activations.h"
 #include "checks.h"
 #include "cuda/common/device_support.h"
+#include "cuda/common/pad_copy.h"
 #include "cuda/common/nvtx_range.h"
 #include "cuda/cuda_backends.h"
 #include "cuda/library/library_backend.h"
@@ -188,6 +189,12 @@ void activation_backward_checked(const ActivationBackwardArgs& args) {
   activation_backward_cuda(args);
 }
 
+at::Tensor zero_pad_cuda(const at::Tensor& src, int64_t rows, int64_t cols) {
+  const c10::cuda::CUDAGuard guard(src.device());
+  check_device_supported(src.get_device());
+  return gpu::padded_copy(src, rows, cols);
+}
+
 // The gated activation's passes, on a GPU this build has an image for.
 template <GluPass Pass>
 void glu_checked(const GluParams& params, at::ScalarType dtype) {
@@ -231,6 +238,7 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("activation_backward",
          &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
+  m.impl("zero_pad", &gemm_act::zero_pad_impl<gemm_act::zero_pad_cuda>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
   m.impl("gemm_glu", &gemm_act::gemm_glu_cuda);

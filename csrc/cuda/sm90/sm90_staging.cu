@@ -1,6 +1,6 @@
 // Aligned copies of the operands a TMA kernel cannot read in place, and the
 // copy of its results back (see sm90_staging.h). One-pass copies of our own
-// (sm90_pad_copy.h), ATen's where those do not apply, all on the current
+// (cuda/common/pad_copy.h), ATen's where those do not apply, all on the current
 // stream: the kernel and the copies run in stream order.
 #include "cuda/sm90/sm90_staging.h"
 
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "cuda/sm90/sm90_pad_copy.h"
+#include "cuda/common/pad_copy.h"
 #include "cuda/sm90/sm90_tma_rules.h"
 
 namespace gemm_act {
@@ -20,19 +20,6 @@ namespace sm90 {
 namespace {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-
-// A [rows, cols] buffer holding `src` in its top-left corner and zeros
-// elsewhere, in one pass (sm90_pad_copy.h); ATen's copies where that does
-// not take `src` (a column stride other than 1).
-at::Tensor padded_copy(const at::Tensor& src, int64_t rows, int64_t cols) {
-  at::Tensor dst = at::empty({rows, cols}, src.options().memory_format(at::MemoryFormat::Contiguous));
-  if (pad_copy(src, dst)) return dst;
-  const int64_t r = src.size(0), c = src.size(1);
-  dst.narrow(0, 0, r).narrow(1, 0, c).copy_(src);
-  if (cols > c) dst.narrow(0, 0, r).narrow(1, c, cols - c).zero_();
-  if (rows > r) dst.narrow(0, r, rows - r).zero_();
-  return dst;
-}
 
 }  // namespace
 
@@ -57,14 +44,14 @@ StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_o
   q.n = n_pad;
 
   if (!a_fits_tma(p, align)) {
-    s.args.a = padded_copy(in.a, p.m, k_pad);
+    s.args.a = gpu::padded_copy(in.a, p.m, k_pad);
     q.a = s.args.a.data_ptr();
     q.a_stride_m = k_pad;
     q.a_stride_k = 1;
   }
   // B is staged as the weight [N, K] (K-major), which every dtype can read.
   if (!b_fits_tma(p, align, n_major_b_ok).has_value()) {
-    const at::Tensor weight = padded_copy(in.b.t(), n_pad, k_pad);
+    const at::Tensor weight = gpu::padded_copy(in.b.t(), n_pad, k_pad);
     s.args.b = weight.t();
     q.b = weight.data_ptr();
     q.b_stride_k = 1;
@@ -77,7 +64,7 @@ StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_o
     q.bias = s.args.bias.data_ptr();
   }
   if (n_pad != p.n && q.c != nullptr) {
-    s.args.c = padded_copy(in.c, p.m, n_pad);
+    s.args.c = gpu::padded_copy(in.c, p.m, n_pad);
     q.c = s.args.c.data_ptr();
     q.c_stride_m = n_pad;
     q.c_stride_n = 1;
@@ -98,7 +85,7 @@ StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_o
 void copy_out(const StagedCase& s) {
   const auto copy = [](const at::Tensor& staged, const at::Tensor& dest) {
     const at::Tensor part = staged.narrow(1, 0, dest.size(1));
-    if (!pad_copy(part, dest)) dest.copy_(part);
+    if (!gpu::pad_copy(part, dest)) dest.copy_(part);
   };
   if (s.y_dest.defined()) copy(s.args.y, s.y_dest);
   if (s.z_dest.defined()) copy(s.args.z, s.z_dest);

@@ -1,5 +1,7 @@
-// See sm90_pad_copy.h.
-#include "cuda/sm90/sm90_pad_copy.h"
+// See pad_copy.h.
+#include "cuda/common/pad_copy.h"
+
+#include <ATen/ops/empty.h>
 
 #include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <c10/cuda/CUDAException.h>
@@ -10,7 +12,7 @@
 #include <limits>
 
 namespace gemm_act {
-namespace sm90 {
+namespace gpu {
 namespace {
 
 constexpr int kThreads = 256;
@@ -111,5 +113,15 @@ bool pad_copy(const at::Tensor& src, const at::Tensor& dst) {
   return bytes == 2 ? launch<uint16_t>(src, dst) : launch<uint32_t>(src, dst);
 }
 
-}  // namespace sm90
+at::Tensor padded_copy(const at::Tensor& src, int64_t rows, int64_t cols) {
+  at::Tensor dst = at::empty({rows, cols}, src.options().memory_format(at::MemoryFormat::Contiguous));
+  if (pad_copy(src, dst)) return dst;
+  const int64_t r = src.size(0), c = src.size(1);
+  dst.narrow(0, 0, r).narrow(1, 0, c).copy_(src);
+  if (cols > c) dst.narrow(0, 0, r).narrow(1, c, cols - c).zero_();
+  if (rows > r) dst.narrow(0, r, rows - r).zero_();
+  return dst;
+}
+
+}  // namespace gpu
 }  // namespace gemm_act
