@@ -8,8 +8,8 @@ from torch import nn
 from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin,
                           twin)
 from .chain import chained_gemm
-from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad, gated_linear_act,
-                         gemm_act, host_bound)
+from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
+                         gated_linear_act, gemm_act, host_bound)
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -61,10 +61,11 @@ class _WithActivation(_Fused):
         the fused operator saving less GPU time than its host time costs;
         under torch.compile where the operator would take eager's formula
         anyway (functional._compiles_as_eager), so that the module's
-        forward is traced as the unfused one, with as few guards (the chain
-        and operator path added about 1.7 us of guard checks per fused
-        block to every compiled call). A chain's second layer still takes
-        what the first published."""
+        forward is traced as the unfused one (through the chain and the
+        operator's Python, each compiled call had cost about 2 us more host
+        time per fused block: guards, and chain-link writes replayed after
+        the graph). A chain's second layer still takes what the first
+        published."""
         if torch.compiler.is_compiling():
             if not _compiles_as_eager(x, self.activation, _needs_grad(x, self.weight, self.bias)):
                 return False
