@@ -34,9 +34,6 @@ namespace math {
 
 constexpr double kLog2e = 1.44269504088896340736;  // 1 / ln 2
 
-GEMM_ACT_HD float exp(float x) { return ::expf(x); }
-GEMM_ACT_HD double exp(double x) { return ::exp(x); }
-
 // a / b. On the GPU: an approximate reciprocal times a (2 ulp, no slow path);
 // b beyond 2^126 gives 0 (a finite) or NaN (a infinite), the limits the
 // callers (silu, sigmoid: b = 1 + exp(-z)) want anyway.
@@ -61,6 +58,7 @@ GEMM_ACT_HD float exp2_flush(float x) {
   return std::exp2(x);
 #endif
 }
+GEMM_ACT_HD double exp2_flush(double x) { return ::exp2(x); }  // nothing below 2^-126 to flush
 
 // 1 for z > 0, 0 for z <= 0 and NaN. On the GPU one multiply by 2^127
 // that flushes a subnormal z to 0 and saturates: every normal z > 0 gives 1,

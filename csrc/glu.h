@@ -33,7 +33,7 @@ GEMM_ACT_HD void glu_backward(T g, T u, T grad_y, T slope, T& grad_g, T& grad_u)
   constexpr bool kFromY = grad_from_output(kAct);
   const T a = activate<kAct, Stored>(g, slope);
   grad_u = grad_y * a;
-  grad_g = grad_y * u * Act<kAct>::grad(kFromY ? a : g, slope);
+  grad_g = grad_y * u * activation_grad<kAct, Stored>(kFromY ? a : g, slope);
 }
 
 }  // namespace gemm_act

@@ -41,7 +41,7 @@ void dact_and_bias_grad(const ActivationBackwardArgs& args) {
         for (int64_t col = 0; col < n; ++col) {
           const int64_t i = row * n + col;
           const opmath_t dz = static_cast<opmath_t>(grad_y[i]) *
-                              Act<kAct>::grad(static_cast<opmath_t>(saved[i]), slope);
+                              activation_grad<kAct, scalar_t>(static_cast<opmath_t>(saved[i]), slope);
           grad_z[i] = static_cast<scalar_t>(dz);
           if constexpr (kBias == BiasKind::PerColumn) partial[chunk * n + col] += dz;
           if constexpr (kBias == BiasKind::PerRow || kBias == BiasKind::Scalar) row_sum += dz;

@@ -87,12 +87,13 @@ struct ThreadPlace {
   }
 };
 
-// dZ for one element, in the compute type; the derivative is Act<kAct>'s.
+// dZ for one element, in the compute type; the derivative is Act<kAct>'s
+// at dZ's precision.
 template <class Element, Activation kAct>
 __device__ __forceinline__ typename Numeric<Element>::Compute dz_of(
     Element grad_y, Element saved, typename Numeric<Element>::Compute slope) {
   using Num = Numeric<Element>;
-  return Num::to_compute(grad_y) * Act<kAct>::grad(Num::to_compute(saved), slope);
+  return Num::to_compute(grad_y) * activation_grad<kAct, Element>(Num::to_compute(saved), slope);
 }
 
 // dZ for the kU chunks of kW elements at base + i * scale of grad_y and

@@ -38,7 +38,7 @@ struct GemmDactEpilogue {
   // fp32 out of the tree: the column sums add unrounded dA; the collective
   // rounds it to Element for the store.
   using Dact = fusion::Sm90EVT<
-      fusion::Sm90Compute<DactEpilogue<kAct>::template Fn, float, float, kRound>,
+      fusion::Sm90Compute<DactEpilogue<kAct, Element>::template Fn, float, float, kRound>,
       fusion::Sm90AccFetch, fusion::Sm90SrcFetch<Element>>;
   using ColumnSums = fusion::Sm90RowReduction<
       cutlass::plus, cutlass::plus, cutlass::plus, /*Stages=*/0, typename Config::TileShape,

@@ -61,8 +61,9 @@ struct DactArguments {
 };
 
 // dA = act'(saved) * alpha * acc: the input gradient of a GEMM whose input
-// was act(Z), with `saved` Y or Z as the activation's table row says.
-template <Activation kAct>
+// was act(Z), with `saved` Y or Z as the activation's table row says, dA
+// stored as Element.
+template <Activation kAct, class Element>
 struct DactEpilogue {
   template <class T>
   struct Fn {
@@ -75,7 +76,7 @@ struct DactEpilogue {
       cutlass::Array<float, N> out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) {
-        out[i] = args.alpha * acc[i] * Act<kAct>::grad(saved[i], args.negative_slope);
+        out[i] = args.alpha * acc[i] * activation_grad<kAct, Element>(saved[i], args.negative_slope);
       }
       return out;
     }
