@@ -99,6 +99,46 @@ def _twice_inner(z):
     return 2 * math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)
 
 
+def _gelu_derivative_and_terms(activation, z):
+    """act'(z) in float64 and the size of the two terms it sums, which
+    cancel near the GELUs' minimum (z about -0.75)."""
+    if activation == "gelu":
+        pdf_term = z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + torch.erf(z / math.sqrt(2)))
+        return cdf + pdf_term, cdf + pdf_term.abs()
+    s = torch.sigmoid(_twice_inner(z))
+    slope_term = z * s * (1 - s) * 2 * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * z * z)
+    return s + slope_term, s + slope_term.abs()
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_gelu_derivative_accuracy_fits_the_dtype(activation, dtype, device):
+    """The backward's act'(z) on a dense grid over [-10, 10] (dZ = 1 *
+    act'(z), taken at dZ's precision: activations.h, activation_grad), as
+    far from correctly rounded as a float computation that is 1e-5 (16-bit
+    dZ) or 3e-6 (fp32; for gelu_tanh plus 2e-7 |2u|, its exponent's
+    rounding) off, relative to the size of the two terms, may put it.
+    Beyond |z| = 6, where PyTorch's float derivative has dropped Phi (1 +
+    erf rounds to 0: off by about 1/z^2, 3 % at z = -6), within 3 % of it."""
+    z = torch.linspace(-10, 10, 20000, dtype=torch.float64).to(dtype)
+    exact, terms = _gelu_derivative_and_terms(activation, z.double())
+    grad_z, _ = torch.ops.gemm_act.activation_backward(
+        torch.ones(100, 200, dtype=dtype, device=device), z.reshape(100, 200).to(device), None, activation, 0.01)
+    ours = grad_z.reshape(-1).double().cpu()
+    _, exponent = torch.frexp(exact)
+    finfo = torch.finfo(dtype)
+    half_ulp = 0.5 * torch.ldexp(torch.full_like(exact, finfo.eps), exponent - 1)
+    excess = ((ours - exact).abs() - half_ulp.clamp_min(0.5 * finfo.smallest_normal * finfo.eps)).clamp_min(0)
+    inside = z.double().abs() <= 6
+    rtol = torch.full_like(exact, 1e-5 if dtype != torch.float32 else 3e-6)
+    if dtype == torch.float32 and activation == "gelu_tanh":
+        rtol += 2e-7 * _twice_inner(z.double()).abs()
+    off = excess / terms
+    assert (off[inside] <= rtol[inside]).all(), f"{off[inside].max():.2e} at z = {z[inside][off[inside].argmax()]}"
+    assert (off[~inside] <= 0.03).all(), f"{off[~inside].max():.2e} at z = {z[~inside][off[~inside].argmax()]}"
+
+
 @pytest.mark.parametrize("activation", ["tanh", "sigmoid", "silu", "gelu_tanh"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_exponential_activations_accuracy(activation, dtype, device):
