@@ -18,6 +18,7 @@ records the peak memory of one step of each, and checks the fused outputs
 """
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -160,6 +161,40 @@ def rel_err(got, ref):
     return (got.double() - ref.double()).abs().max().item() / scale
 
 
+def contenders(eager, fused, compiled):
+    """name -> model: eager and fused, or, compiled, each under
+    torch.compile and compile fusion's (the eager model compiled with the
+    pass; its first call must run under first_call)."""
+    import torch
+
+    if not compiled:
+        return {"eager": eager, "fused": fused}
+    torch.compiler.reset()
+    return {"eager": torch.compile(eager), "fused": torch.compile(fused),
+            "compile_fusion": torch.compile(own_frame(copy.deepcopy(eager)))}
+
+
+@contextlib.contextmanager
+def first_call(name):
+    """Around a contender's first (compiling) call: the fusion pass on for
+    compile_fusion only, whose graphs are compiled afresh, not from
+    Inductor's caches (a cached graph would skip the pass, and its count)."""
+    import torch
+
+    import torch_gemm_act
+
+    torch_gemm_act.enable_compile_fusion(name == "compile_fusion")
+    try:
+        if name != "compile_fusion":
+            yield
+        else:
+            with torch._inductor.config.patch(fx_graph_cache=False), \
+                    torch._functorch.config.patch(enable_autograd_cache=False):
+                yield
+    finally:
+        torch_gemm_act.enable_compile_fusion(False)
+
+
 def peak_bytes(fn, device):
     import torch
 
@@ -176,36 +211,24 @@ def peak_bytes(fn, device):
 def measure(case, mode, compiled, ctx):
     import torch
 
-    import torch_gemm_act
-
     args, device, timer = ctx["args"], ctx["device"], ctx["timer"]
     eager, fused, x, gy = build(case, device, args.cpu_dry_run)
-    models = {"eager": eager, "fused": fused}
-    if compiled:
-        torch.compiler.reset()
-        models = {name: torch.compile(m) for name, m in models.items()}
-        models["compile_fusion"] = torch.compile(own_frame(copy.deepcopy(eager)))
+    models = contenders(eager, fused, compiled)
     fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
     row = {"case": case, "mode": mode, "compiled": compiled, "dtype": CASES[case][5],
            "ms": {}, "peak_bytes": {}}
     outs = {}
-    for name, fn in fns.items():  # the first call compiles: the fusion pass is on for compile_fusion only
-        torch_gemm_act.enable_compile_fusion(name == "compile_fusion")
-        if name != "compile_fusion":
+    for name, fn in fns.items():  # the first call compiles
+        with first_call(name):
             outs[name] = fn()
-            continue
-        # Compiled afresh, not from Inductor's caches (a cached graph would
-        # skip the pass, and its count), and the pairs the pass replaced
-        # recorded: 0 would mean the row timed compiled eager again.
-        with torch._inductor.config.patch(fx_graph_cache=False), \
-                torch._functorch.config.patch(enable_autograd_cache=False):
-            outs[name] = fn()
-        fusion_pass = torch._inductor.config.pre_grad_custom_pass
-        row["compile_fusion_pairs"] = fusion_pass.fused
-        row["compile_fusion_chained"] = fusion_pass.chained
-        row["compile_fusion_glu"] = fusion_pass.glu
-        row["compile_fusion_gated"] = fusion_pass.gated
-    torch_gemm_act.enable_compile_fusion(False)
+            if name == "compile_fusion":
+                # The pairs the pass replaced: 0 would mean the row timed
+                # compiled eager again.
+                fusion_pass = torch._inductor.config.pre_grad_custom_pass
+                row["compile_fusion_pairs"] = fusion_pass.fused
+                row["compile_fusion_chained"] = fusion_pass.chained
+                row["compile_fusion_glu"] = fusion_pass.glu
+                row["compile_fusion_gated"] = fusion_pass.gated
     errs = [rel_err(g, r) for other in ("fused", "compile_fusion") if other in outs
             for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)

@@ -15,8 +15,6 @@ as bench/models.py builds it) beside them.
 """
 
 import argparse
-import contextlib
-import copy
 import os
 import statistics
 import sys
@@ -28,8 +26,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 import models  # noqa: E402
-
-import torch_gemm_act  # noqa: E402
 
 SPIN_MS = 80.0
 
@@ -73,32 +69,6 @@ def timed_steps(model, x, gy, mode, steps, cycles):
     return {k: v / steps * 1e3 for k, v in parts.items()}, host_total * 1e3, start.elapsed_time(end) / steps
 
 
-def contenders(case, compiled):
-    """name -> model of a case, and its input and output gradient."""
-    eager, fused, x, gy = models.build(case, "cuda", False)
-    if not compiled:
-        return {"eager": eager, "fused": fused}, x, gy
-    torch.compiler.reset()
-    return ({"eager": torch.compile(eager), "fused": torch.compile(fused),
-             "cfusion": torch.compile(models.own_frame(copy.deepcopy(eager)))}, x, gy)
-
-
-@contextlib.contextmanager
-def compiling_as(name):
-    """The fusion pass on for compile fusion's model only, and its graphs
-    compiled afresh (a cached graph would skip the pass), as bench/models.py."""
-    torch_gemm_act.enable_compile_fusion(name == "cfusion")
-    try:
-        if name != "cfusion":
-            yield
-        else:
-            with torch._inductor.config.patch(fx_graph_cache=False), \
-                    torch._functorch.config.patch(enable_autograd_cache=False):
-                yield
-    finally:
-        torch_gemm_act.enable_compile_fusion(False)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=",".join(sorted(models.CASES)))
@@ -108,21 +78,22 @@ def main():
     p.add_argument("--compiled", action="store_true", help="the models under torch.compile, compile fusion beside")
     args = p.parse_args()
     cycles = spin_cycles()
-    print(f"{'case':<20} {'mode':<10} {'model':<7} {'host ms':>8} {'fwd':>7} {'bwd':>7} {'clear':>6} "
+    print(f"{'case':<20} {'mode':<10} {'model':<14} {'host ms':>8} {'fwd':>7} {'bwd':>7} {'clear':>6} "
           f"{'gpu ms':>8} {'host/gpu':>8}")
     for case in args.cases.split(","):
-        named, x, gy = contenders(case, args.compiled)
+        eager, fused, x, gy = models.build(case, "cuda", False)
+        named = models.contenders(eager, fused, args.compiled)
         for mode in args.modes.split(","):
             for name, model in named.items():
                 for _ in range(2):  # warm-up: compilation, the caching allocator's blocks, lazy inits
-                    with compiling_as(name):
+                    with models.first_call(name):
                         timed_steps(model, x, gy, mode, args.steps, cycles // 8)
                 reps = [timed_steps(model, x, gy, mode, args.steps, cycles) for _ in range(args.reps)]
                 med = lambda f: statistics.median(f(r) for r in reps)  # noqa: E731
                 host = med(lambda r: sum(r[0].values()))
                 gpu = med(lambda r: r[2])
                 synced = med(lambda r: r[1]) > 0.9 * SPIN_MS
-                print(f"{case:<20} {mode:<10} {name:<7} {host:8.3f} {med(lambda r: r[0]['forward']):7.3f} "
+                print(f"{case:<20} {mode:<10} {name:<14} {host:8.3f} {med(lambda r: r[0]['forward']):7.3f} "
                       f"{med(lambda r: r[0]['backward']):7.3f} {med(lambda r: r[0]['clear']):6.3f} "
                       f"{gpu:8.3f} {host / gpu:8.2f}{'  SYNCHRONISES' if synced else ''}", flush=True)
 
