@@ -4,8 +4,9 @@ and torch.mm, to choose the rules of its heuristic
 
 The configurations are the ones this build compiled, by name, as the package
 lists them (torch_gemm_act.testing.kernels(family), from the family's table;
-a GEMM_ACT_LAB=1 build adds the lab's), and "auto", the heuristic's own
-choice. Each case runs only the configurations compiled for its dtype
+a GEMM_ACT_LAB=1 build adds the lab's), "auto", the heuristic's own
+choice, and "library", the backend the rule falls back to (cuBLASLt's
+fused epilogue or cuBLAS and a pass), against which a family must win. Each case runs only the configurations compiled for its dtype
 (B = weight.t(), K-major) that can store what it stores; the family's
 backend and configuration are forced through torch_gemm_act.testing.override. For each
 problem torch.mm and the configurations take turns, --rounds times, and each
@@ -30,7 +31,7 @@ def compiled_configs(family):
 
 def runs_case(cfg, dt, store_z, kernels):
     """Whether configuration `cfg` exists for the case (weight.t(): a K-major B)."""
-    if cfg == "auto":
+    if cfg in ("auto", "library"):
         return True
     return any(k["name"] == cfg and k["dtype"] == SWEEP_DTYPES[dt] and k["b_layout"] == "kmajor"
                and (k["stores_z"] or not store_z) for k in kernels)
@@ -48,7 +49,9 @@ CASES = [
     (16384, 1024, 4096, "gelu", True, "bf16"),
     (32768, 768, 3072, "none", False, "bf16"), (32768, 768, 3072, "gelu", False, "bf16"),
     (32768, 768, 3072, "gelu", True, "bf16"),
+    (12608, 1024, 4096, "gelu", False, "bf16"), (12608, 4096, 1024, "none", False, "bf16"),
     (4096, 4096, 11008, "silu", True, "bf16"),
+    (4096, 4096, 11008, "relu", False, "fp16"), (4096, 11008, 4096, "none", False, "fp16"),
     (16, 4096, 16384, "gelu", False, "bf16"), (128, 4096, 16384, "gelu", False, "bf16"),
     (16384, 1024, 4096, "gelu_tanh", False, "bf16"), (16384, 1024, 4096, "gelu_tanh", True, "bf16"),
     (4096, 4096, 4096, "gelu_tanh", True, "bf16"), (16384, 1024, 4096, "tanh", False, "bf16"),
@@ -72,6 +75,8 @@ def measure(family, configs, rounds, rep, only=None):
     dtypes = {k["dtype"] for k in kernels}
 
     def forced(cfg):
+        if cfg == "library":
+            return tga.testing.override(cuda_backend="library")
         return tga.testing.override(cuda_backend=family,
                                     **{f"{family}_kernel": None if cfg == "auto" else cfg})
 
@@ -121,7 +126,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", default="sm90", choices=["sm90", "sm80"])
     p.add_argument("--configs", default=None,
-                   help="comma-separated configuration names and/or auto (default: auto and every one compiled)")
+                   help="comma-separated configuration names, auto and/or library (default: all of them)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep", type=int, default=20, help="do_bench time per round, ms")
     p.add_argument("--only", default=None, help="comma-separated MxKxN shapes to run")
@@ -133,7 +138,7 @@ def main():
         profile_one(args.family, *args.profile.split(","))
         return
     configs = (args.configs.split(",") if args.configs
-               else ["auto", *dict.fromkeys(k["name"] for k in compiled_configs(args.family))])
+               else ["auto", "library", *dict.fromkeys(k["name"] for k in compiled_configs(args.family))])
     results = measure(args.family, configs, args.rounds, args.rep, args.only.split(",") if args.only else None)
     if args.out:
         with open(args.out, "w") as f:

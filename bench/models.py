@@ -169,6 +169,7 @@ def contenders(eager, fused, compiled):
 
     if not compiled:
         return {"eager": eager, "fused": fused}
+    bench.compile_in_process()
     torch.compiler.reset()
     return {"eager": torch.compile(eager), "fused": torch.compile(fused),
             "compile_fusion": torch.compile(own_frame(copy.deepcopy(eager)))}

@@ -8,7 +8,6 @@ operators, and Dynamo's graph count, graph breaks and recompiles.
 
 import argparse
 import collections
-import copy
 import os
 import sys
 import time
@@ -20,7 +19,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 import models  # noqa: E402
 
-import torch_gemm_act  # noqa: E402
 
 
 def wall_ms(fn, steps):
@@ -61,21 +59,16 @@ def main():
     args = p.parse_args()
     eager, fused, x, gy = models.build(args.case, "cuda", False)
     for compiled in (False, True):
-        contenders = {"eager": eager, "fused": fused}
-        if compiled:
-            torch.compiler.reset()
-            contenders = {k: torch.compile(m, dynamic=False) for k, m in contenders.items()}
-            contenders["compile_fusion"] = torch.compile(models.own_frame(copy.deepcopy(eager)), dynamic=False)
         results = {}
-        for name, model in contenders.items():
-            torch_gemm_act.enable_compile_fusion(name == "compile_fusion")
+        for name, model in models.contenders(eager, fused, compiled).items():
             torch._dynamo.utils.counters.clear()
             fn = models.step_fn(model, x, gy, args.mode)
+            with models.first_call(name):
+                fn()
             ms = wall_ms(fn, 20)
             stats = {k: dict(v) for k, v in torch._dynamo.utils.counters.items()
                      if k in ("stats", "graph_break", "recompiles") and v}
             prof, kernels, kernel_us = profile(fn, args.steps)
-            torch_gemm_act.enable_compile_fusion(False)
             results[name] = (ms, kernels, kernel_us)
             gpu_ms = sum(kernel_us.values()) / args.steps / 1e3
             print(f"\n=== {args.case} {args.mode} {'compiled' if compiled else 'eager mode'}: {name}: "
