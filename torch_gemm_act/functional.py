@@ -150,7 +150,12 @@ def host_bound(x, n):
     """Whether a layer taking x ([..., K]) to n columns is host-bound on
     CUDA (``HOST_BOUND_MULTIPLY_ADDS``), in eager mode; never on the CPU, and
     not under torch.compile, where the graph's launches replace the calls."""
-    return x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS and not torch.compiler.is_compiling()
+    return not torch.compiler.is_compiling() and host_bound_in_eager(x, n)
+
+
+def host_bound_in_eager(x, n):
+    """host_bound for a caller that knows it is in eager mode."""
+    return x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
 
 
 def _stores_preact(a, b, bias, c, activation, return_preact):
