@@ -10,7 +10,7 @@
 # setup.py reuses each object whose inputs are unchanged.
 # Measurement steps (not run unless named): models (bench/models.py;
 # MODELS_ARGS, e.g. "--rounds 3"), host (the lab's host-time diagnostics),
-# and the lab's sweep, clock, mmkernels, ncu, hotspots.
+# and the lab's sweep, clock, mmkernels, ncu, hotspots, launch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -122,6 +122,11 @@ fi
 if want models; then
 step "model-level benchmark"
 python3 bench/models.py --out "$OUT" ${MODELS_ARGS:-} 2>&1 | tee "$OUT/models.log" | tail -25
+fi
+
+if want launch; then
+step "host us per kernel launch by API, parameter size and cluster"
+python3 lab/diag/launch_cost.py 2>&1 | tee "$OUT/launch_cost.log" | tail -8
 fi
 
 if want host; then
