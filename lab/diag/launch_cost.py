@@ -3,9 +3,9 @@ whether the sm90 family's launch (the runtime's cudaLaunchKernelExC with a
 cluster attribute and CUTLASS's parameter block of a kilobyte or so) costs
 the host more than the driver's cuLaunchKernelEx that cuBLAS's kernels go
 through. A profile of the fused GPT-2 training step put our launches at
-15.5 us each against cuBLAS's 8.6 (results/20261127T070700Z_0e97279_
-profile_gpt2_training.log); the fused forward costs the host 31 us more
-per block than eager's.
+14.0 us each against cuBLAS's 8.4 (bench/results/20261127T070700Z_0e97279_
+profile/); the fused forward costs the host 31 us more per block than
+eager's.
 
     python lab/diag/launch_cost.py [--launches 200] [--reps 7]
 
