@@ -20,7 +20,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import models  # noqa: E402
 
 
-
 def wall_ms(fn, steps):
     for _ in range(3):
         fn()
