@@ -226,6 +226,28 @@ def compile_in_process():
     torch._inductor.config.compile_threads = 1
 
 
+def host_launch_us(device, calls=2000):
+    """This host's speed at what host-bound rows spend their time on: the
+    median host us per launch of a one-element in-place add, the GPU held
+    by a spin kernel meanwhile (so no call waits on it); None on the CPU.
+    Host-bound rows of two runs compare only beside it: the same code read
+    0.336 and 0.631 ms a step on two hosts (bench/README.md)."""
+    import torch
+    if device != "cuda":
+        return None
+    x = torch.zeros(1, device="cuda")
+    times = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(50_000_000)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            x.add_(1)
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return round(statistics.median(times), 2)
+
+
 def round_order(order, r):
     """The contenders' order in round r. Under the board's power cap a kernel
     timed right after a heavy one runs at a lower clock (bench/README.md);
@@ -596,6 +618,7 @@ def main(argv=None):
             "triton": triton_version,
             "timer": timer_desc,
             "compile_mode": compile_mode or "default",
+            "host_launch_us": host_launch_us(device),
             "quick": args.quick,
             "addmm_tanh_for_gelu": args.addmm_tanh_for_gelu,
             "shapes": os.path.relpath(shapes_path, REPO),
@@ -627,7 +650,8 @@ def main(argv=None):
     print(f"device: {device_name} · torch {torch.__version__} · triton {triton_version} · "
           f"commit {commit} ({ids_from}) · csrc {csrc_tree}", flush=True)
     print(f"shapes: {shapes_path} · timer: {timer_desc} · compile: "
-          f"{'off' if args.no_compile else compile_mode or 'default'}", flush=True)
+          f"{'off' if args.no_compile else compile_mode or 'default'} · host us per launch: "
+          f"{results['meta']['host_launch_us']}", flush=True)
     t_start = time.perf_counter()
     for group, specs in groups.items():
         print(f"[{group}]", flush=True)

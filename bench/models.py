@@ -319,6 +319,7 @@ def main(argv=None):
         return 0
     timer, timer_desc = bench.make_timer(args, device)
     commit, csrc_tree, ids_from, dirty = bench.source_ids()
+    host_us = {"before": bench.host_launch_us(device)}
     ctx = {"args": args, "device": device, "timer": timer}
     rows = []
     t0 = time.perf_counter()
@@ -328,18 +329,22 @@ def main(argv=None):
             for mode in ("inference", "training"):
                 rows.append(measure(case, mode, compiled, ctx))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
+    host_us["after"] = bench.host_launch_us(device)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"{stamp}_{commit[:7]}_models")
     results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                "torch": torch.__version__, "commit": commit, "csrc_tree": csrc_tree,
                "ids_from": ids_from, "dirty": dirty, "timer": timer_desc,
-               "wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
+               "host_launch_us": host_us, "wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
     with open(base + ".json", "w") as f:
         json.dump(results, f, indent=1)
     drew = plot(rows, base + ".png")
     print(f"\nresults: {base}.json" + (f"\nplot:    {base}.png" if drew else ""))
     print(table(rows))
+    if device == "cuda":
+        print(f"host us per launch of a one-element add (the host's speed; before / after): "
+              f"{host_us['before']} / {host_us['after']}")
     return 0 if all(r["correct"] for r in rows) else 1
 
 
