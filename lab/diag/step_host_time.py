@@ -25,6 +25,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
+import bench  # noqa: E402
 import models  # noqa: E402
 
 SPIN_MS = 80.0
@@ -88,7 +89,15 @@ def main():
                 for _ in range(2):  # warm-up: compilation, the caching allocator's blocks, lazy inits
                     with models.first_call(name):
                         timed_steps(model, x, gy, mode, args.steps, cycles // 8)
-                reps = [timed_steps(model, x, gy, mode, args.steps, cycles) for _ in range(args.reps)]
+            # The contenders take turns, so a host whose speed drifts costs
+            # them alike (one after the other, identical graphs read 12 %
+            # apart in backward host time).
+            all_reps = {name: [] for name in named}
+            for r in range(args.reps):
+                for name in bench.round_order(list(named), r):
+                    all_reps[name].append(timed_steps(named[name], x, gy, mode, args.steps, cycles))
+            for name in named:
+                reps = all_reps[name]
                 med = lambda f: statistics.median(f(r) for r in reps)  # noqa: E731
                 host = med(lambda r: sum(r[0].values()))
                 gpu = med(lambda r: r[2])
