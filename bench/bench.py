@@ -228,10 +228,12 @@ def compile_in_process():
     torch._inductor.config.compile_threads = 1
 
 
-def host_launch_us(device, calls=2000):
+def host_launch_us(device, calls=500):
     """This host's speed at what host-bound rows spend their time on: the
     median host us per launch of a one-element in-place add, the GPU held
-    by a spin kernel meanwhile (so no call waits on it); None on the CPU.
+    by a spin kernel meanwhile (so no call waits on it, and `calls` stay
+    well below the launch queue's depth, beyond which the host would wait
+    for the GPU); None on the CPU.
     Host-bound rows of two runs compare only beside it: the same code read
     0.336 and 0.631 ms a step on two hosts (bench/README.md)."""
     import torch
@@ -341,7 +343,6 @@ def bench_shape(group, spec, modes, ctx):
             # One compiled function per shape, static shapes: reset dynamo so its
             # cache for this code object holds only this shape's entries (no_grad
             # and grad), far below the recompile limit, and guards stay cheap.
-            compile_in_process()
             torch.compiler.reset()
             compiled = torch.compile(eager, dynamic=False, mode=ctx["compile_mode"])
 
@@ -654,6 +655,8 @@ def main(argv=None):
     print(f"shapes: {shapes_path} · timer: {timer_desc} · compile: "
           f"{'off' if args.no_compile else compile_mode or 'default'} · host us per launch: "
           f"{results['meta']['host_launch_us']}", flush=True)
+    if not args.no_compile:
+        compile_in_process()
     t_start = time.perf_counter()
     for group, specs in groups.items():
         print(f"[{group}]", flush=True)
