@@ -16,6 +16,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "activations.h"
 #include "gemm_act.h"
@@ -185,21 +186,28 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
   const bool pad = pad_for_cublas(grad_pre, rows, n, k);
   const c10::SymInt k_run = pad ? round_up_to_16_bytes(grad_pre, k) : k;
   const c10::SymInt n_run = pad ? round_up_to_16_bytes(grad_pre, n) : n;
-  const at::Tensor grad_pre_2d = pad_to(grad_pre.reshape_symint({rows, n}), rows, n_run);
+  // A 2-D a (a layer's usual input) needs no reshape of a, dZ or dA, and an
+  // unpadded GEMM no narrowing: each is a dispatched call the host pays for.
+  const bool flat = a.dim() == 2;
+  const auto as_2d = [flat](const at::Tensor& t, const c10::SymInt& r, const c10::SymInt& c) {
+    return flat ? t : t.reshape_symint({r, c});
+  };
+  const at::Tensor grad_pre_2d = pad_to(as_2d(grad_pre, rows, n), rows, n_run);
   // pad only says the padded path may pay; it pads only rows that need it.
   const bool padded = pad && (k_run != k || n_run != n);
   const bool need_a_bias = chained != nullptr && chained->need_a_bias;
   if (chained != nullptr && (need_a || need_a_bias) && !padded) {
-    const at::Tensor saved_2d = chained->a_saved.reshape_symint({rows, k});
+    const at::Tensor saved_2d = as_2d(chained->a_saved, rows, k);
     const bool column = need_a_bias && per_column(*chained->a_bias, k);
     auto [grad_a, grad_a_bias] =
         op::gemm_dact().call(grad_pre_2d, b.t(), saved_2d, column ? chained->a_bias : std::nullopt,
                              chained->activation, alpha, chained->negative_slope);
-    out.a = grad_a.reshape_symint(a.sym_sizes());
+    out.a = flat ? grad_a : grad_a.reshape_symint(a.sym_sizes());
     if (column) out.a_bias = std::move(grad_a_bias);
   } else if (need_a || need_a_bias) {
     const at::Tensor grad_a = grad_pre_2d.mm(pad_b_to(b, k_run, n_run).t());  // [M, k_run]
-    out.a = grad_a.narrow_symint(1, 0, k).reshape_symint(a.sym_sizes());
+    out.a = padded ? grad_a.narrow_symint(1, 0, k) : grad_a;
+    if (!flat) out.a = out.a.reshape_symint(a.sym_sizes());
     if (alpha != 1.0) out.a = out.a * alpha;
     if (chained != nullptr) {
       std::tie(out.a, out.a_bias) =
@@ -213,37 +221,68 @@ OperandGrads operand_grads(const at::Tensor& grad_pre, const at::Tensor& a, cons
     // row-major, whose transpose the autograd of .t() turns back into a
     // gradient laid out like the weight, which AccumulateGrad then keeps
     // as it is instead of copying it into the weight's strides.
-    const at::Tensor a_2d = pad_to(a.reshape_symint({rows, k}), rows, k_run);
+    const at::Tensor a_2d = pad_to(as_2d(a, rows, k), rows, k_run);
     if (b.sym_stride(0) == 1 && b.sym_stride(1) != 1) {
       const at::Tensor grad_bt = grad_pre_2d.t().mm(a_2d);  // [n_run, k_run]
-      out.b = grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k).t();
+      out.b = (padded ? grad_bt.narrow_symint(0, 0, n).narrow_symint(1, 0, k) : grad_bt).t();
     } else {
       const at::Tensor grad_b = a_2d.t().mm(grad_pre_2d);  // [k_run, n_run]
-      out.b = grad_b.narrow_symint(0, 0, k).narrow_symint(1, 0, n);
+      out.b = padded ? grad_b.narrow_symint(0, 0, k).narrow_symint(1, 0, n) : grad_b;
     }
     if (alpha != 1.0) out.b = out.b * alpha;
   }
   return out;
 }
 
-// What both autograd functions keep of the gemm_act they ran.
-void save_layer(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+// A layer's non-tensor arguments, as its backward reads them: one
+// saved_data entry, since each entry costs every forward a string-keyed
+// insertion and every backward a lookup. The chained input's (a_*) are
+// the identity's where there is none.
+struct LayerRecord {
+  Activation activation = Activation::None, a_activation = Activation::None;
+  double alpha = 1.0, beta = 0.0, negative_slope = 0.01, a_negative_slope = 0.01;
+  bool store_preact = false, has_c = false, z_feeds_chain = false;
+
+  static constexpr const char* kKey = "layer";
+
+  // Small integers and flags are exact as doubles.
+  void save(AutogradContext* ctx) const {
+    ctx->saved_data[kKey] = std::vector<double>{
+        double(static_cast<int>(activation)), double(static_cast<int>(a_activation)), alpha, beta,
+        negative_slope, a_negative_slope, double(store_preact), double(has_c), double(z_feeds_chain)};
+  }
+
+  static LayerRecord load(AutogradContext* ctx) {
+    const c10::List<double> v = ctx->saved_data[kKey].toDoubleList();
+    LayerRecord r;
+    r.activation = static_cast<Activation>(static_cast<int>(v[0]));
+    r.a_activation = static_cast<Activation>(static_cast<int>(v[1]));
+    r.alpha = v[2];
+    r.beta = v[3];
+    r.negative_slope = v[4];
+    r.a_negative_slope = v[5];
+    r.store_preact = v[6] != 0.0;
+    r.has_c = v[7] != 0.0;
+    r.z_feeds_chain = v[8] != 0.0;
+    return r;
+  }
+};
+
+// What both autograd functions keep of the gemm_act they ran; `record`
+// holds its non-tensor arguments (has_c is set here).
+void save_layer(AutogradContext* ctx, LayerRecord record, const at::Tensor& a, const at::Tensor& b,
                 const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& c,
-                c10::string_view activation, double alpha, double beta, double negative_slope,
-                bool store_preact, const at::Tensor& y, const at::Tensor& z,
-                const at::Tensor& a_saved = at::Tensor(), const at::Tensor& a_bias = at::Tensor()) {
-  const at::Tensor saved = saved_output(activation, y, z, store_preact);
-  const bool recompute = !saved.defined() && parse_activation(activation) != Activation::None;
+                const at::Tensor& y, const at::Tensor& z, const at::Tensor& a_saved = at::Tensor(),
+                const at::Tensor& a_bias = at::Tensor()) {
+  const c10::string_view activation = activation_name(record.activation);
+  const at::Tensor saved = saved_output(activation, y, z, record.store_preact);
+  const bool recompute = !saved.defined() && record.activation != Activation::None;
   // c is kept only for the rare recomputation of Z in backward (a reference, no copy).
   ctx->save_for_backward({a, b, saved, bias.value_or(at::Tensor()),
                           recompute ? c.value_or(at::Tensor()) : at::Tensor(), a_saved, a_bias});
-  ctx->saved_data["activation"] = std::string(activation);
-  ctx->saved_data["alpha"] = alpha;
-  ctx->saved_data["beta"] = beta;
-  ctx->saved_data["negative_slope"] = negative_slope;
-  ctx->saved_data["store_preact"] = store_preact;
-  ctx->saved_data["has_c"] = c.has_value() && c->defined();
-  if (!store_preact) ctx->mark_non_differentiable({z});  // an empty placeholder
+  record.has_c = c.has_value() && c->defined();
+  record.save(ctx);
+  if (!record.store_preact) ctx->mark_non_differentiable({z});  // an empty placeholder
   // An output that received no gradient (Z, unless the user asked for it
   // and used it) arrives undefined instead of as zeros, which would cost a
   // fill, a dZ pass and an add as large as Y.
@@ -264,16 +303,15 @@ struct OperandPlaces {
 // moving the incoming gradients out lets them be freed as soon as dZ exists,
 // before the GEMMs (eager's activation node frees gY there too; holding it
 // raised a training step's peak memory by gY's size).
-variable_list layer_backward(AutogradContext* ctx, const variable_list& saved_vars, variable_list& grads,
-                             const OperandPlaces& places, ChainedInput* chained, bool z_feeds_chain) {
+variable_list layer_backward(AutogradContext* ctx, const LayerRecord& record, const variable_list& saved_vars,
+                             variable_list& grads, const OperandPlaces& places, ChainedInput* chained) {
   const at::Tensor &a = saved_vars[0], &b = saved_vars[1], &bias = saved_vars[3], &c = saved_vars[4];
   at::Tensor saved = saved_vars[2];
-  const std::string activation = ctx->saved_data["activation"].toStringRef();
-  const double alpha = ctx->saved_data["alpha"].toDouble();
-  const double beta = ctx->saved_data["beta"].toDouble();
-  const double negative_slope = ctx->saved_data["negative_slope"].toDouble();
+  const c10::string_view activation = activation_name(record.activation);
+  const double alpha = record.alpha, beta = record.beta, negative_slope = record.negative_slope;
+  const bool z_feeds_chain = record.z_feeds_chain;
   const bool has_bias = bias.defined();
-  const bool has_c = ctx->saved_data["has_c"].toBool();
+  const bool has_c = record.has_c;
   const size_t bias_edge = places.b_edge + 1;
   const size_t c_edge = has_bias ? places.b_edge + 2 : places.b_edge + 1;
   const bool need_a = ctx->needs_input_grad(places.a_edge);
@@ -287,8 +325,8 @@ variable_list layer_backward(AutogradContext* ctx, const variable_list& saved_va
   at::Tensor grad_y = std::move(grads[0]);
   at::Tensor grad_z = std::move(grads[1]);
   grads.clear();
-  if (!ctx->saved_data["store_preact"].toBool()) grad_z = at::Tensor();  // the placeholder's
-  if (grad_y.defined() && !saved.defined() && parse_activation(activation) != Activation::None) {
+  if (!record.store_preact) grad_z = at::Tensor();  // the placeholder's
+  if (grad_y.defined() && !saved.defined() && record.activation != Activation::None) {
     // The op was called directly with store_preact=False for an activation
     // whose derivative needs Z (gemm_act() never does this): recompute Z.
     saved = std::get<0>(call_gemm_act(a, b, if_defined(bias), if_defined(c), kIdentity, alpha,
@@ -323,14 +361,20 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [y, z] = call_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
     // The call above has validated every argument, the activation's name included.
-    save_layer(ctx, a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, y, z);
+    LayerRecord record;
+    record.activation = parse_activation(activation);
+    record.alpha = alpha;
+    record.beta = beta;
+    record.negative_slope = negative_slope;
+    record.store_preact = store_preact;
+    save_layer(ctx, record, a, b, bias, c, y, z);
     return {y, z};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     // Arguments a, b, bias, c, then non-tensors.
-    return layer_backward(ctx, ctx->get_saved_variables(), grads, {0, 1, 9, 0, 1}, nullptr,
-                          /*z_feeds_chain=*/false);
+    return layer_backward(ctx, LayerRecord::load(ctx), ctx->get_saved_variables(), grads, {0, 1, 9, 0, 1},
+                          nullptr);
   }
 };
 
@@ -353,36 +397,41 @@ struct GemmActChainedFunction : public torch::autograd::Function<GemmActChainedF
     auto [y, z] = op::gemm_act_chained().call(a, a_preact, a_bias, a_activation, a_negative_slope, b,
                                               bias, c, activation, alpha, beta, negative_slope,
                                               store_preact, z_feeds_chain);
+    LayerRecord record;
+    record.activation = parse_activation(activation);
+    record.a_activation = parse_activation(a_activation);
+    record.alpha = alpha;
+    record.beta = beta;
+    record.negative_slope = negative_slope;
+    record.a_negative_slope = a_negative_slope;
+    record.store_preact = store_preact;
+    record.z_feeds_chain = z_feeds_chain;
     at::Tensor a_saved;
-    if (a_preact.has_value()) a_saved = grad_from_output(parse_activation(a_activation)) ? a : *a_preact;
-    save_layer(ctx, a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, y, z,
-               a_saved, a_bias.value_or(at::Tensor()));
-    ctx->saved_data["a_activation"] = std::string(a_activation);
-    ctx->saved_data["a_negative_slope"] = a_negative_slope;
-    ctx->saved_data["z_feeds_chain"] = z_feeds_chain;
+    if (a_preact.has_value()) a_saved = grad_from_output(record.a_activation) ? a : *a_preact;
+    save_layer(ctx, record, a, b, bias, c, y, z, a_saved, a_bias.value_or(at::Tensor()));
     return {y, z};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
-    const bool z_feeds_chain = ctx->saved_data["z_feeds_chain"].toBool();
+    const LayerRecord record = LayerRecord::load(ctx);
     // Arguments a, a_preact, a_bias, two non-tensors, b, bias, c, then
     // non-tensors (14 in all); edges count only the tensors present.
     // a_saved (saved_vars[5]) is defined where a_preact was given, a_bias
     // (saved_vars[6]) where a_bias was.
     const variable_list saved_vars = ctx->get_saved_variables();
     if (!saved_vars[5].defined()) {
-      return layer_backward(ctx, saved_vars, grads, {0, 5, 14, 0, 1}, nullptr, z_feeds_chain);
+      return layer_backward(ctx, record, saved_vars, grads, {0, 5, 14, 0, 1}, nullptr);
     }
     ChainedInput chained;
     chained.a_saved = saved_vars[5];
     if (saved_vars[6].defined()) chained.a_bias = saved_vars[6];
-    chained.activation = ctx->saved_data["a_activation"].toStringRef();
-    chained.negative_slope = ctx->saved_data["a_negative_slope"].toDouble();
+    chained.activation = activation_name(record.a_activation);
+    chained.negative_slope = record.a_negative_slope;
     // a_preact takes the gradient a would have had; a none.
     OperandPlaces places{1, 5, 14, 1, chained.a_bias.has_value() ? size_t{3} : size_t{2}};
     places.a_bias_pos = 2;
     places.a_bias_edge = 2;
-    return layer_backward(ctx, saved_vars, grads, places, &chained, z_feeds_chain);
+    return layer_backward(ctx, record, saved_vars, grads, places, &chained);
   }
 };
 

@@ -16,12 +16,14 @@
 namespace gemm_act {
 
 Activation parse_activation(std::string_view name) {
-  std::string known;
   for (int i = 0; i < kNumActivations; ++i) {
     const auto act = static_cast<Activation>(i);
     if (name == activation_name(act)) return act;
+  }
+  std::string known;
+  for (int i = 0; i < kNumActivations; ++i) {
     known += known.empty() ? "" : ", ";
-    known += activation_name(act);
+    known += activation_name(static_cast<Activation>(i));
   }
   TORCH_CHECK_VALUE(false, "gemm_act: unknown activation '", name, "'; expected one of: ", known);
 }
@@ -138,13 +140,13 @@ GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
   args.out_sizes.assign(a.sizes().begin(), a.sizes().end() - 1);
   args.out_sizes.push_back(n);
   GemmActParams& p = args.params;
-  args.a = a.reshape({m, k});
+  args.a = a.dim() == 2 ? a : a.reshape({m, k});
   args.b = b;
   BiasKind bias_kind = BiasKind::None;
   if (bias.has_value()) {
     check_like(*bias, a, "bias", "a");
     bias_kind = classify_bias(bias->sizes(), args.out_sizes);
-    args.bias = bias->contiguous().view(-1);
+    args.bias = bias->dim() == 1 ? bias->contiguous() : bias->contiguous().view(-1);
     p.bias = args.bias.const_data_ptr();
   }
   if (c.has_value()) {
@@ -157,7 +159,7 @@ GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
   }
   // As in torch.addmm, beta == 0 means C is not read (NaN in C does not leak).
   if (c.has_value() && beta != 0.0) {
-    args.c = c->reshape({m, n});
+    args.c = c->dim() == 2 ? *c : c->reshape({m, n});
     p.c = args.c.const_data_ptr();
     p.c_stride_m = args.c.stride(0);
     p.c_stride_n = args.c.stride(1);
@@ -188,9 +190,8 @@ GemmActArgs prepare_gemm_act(const at::Tensor& a, const at::Tensor& b,
 }
 
 std::tuple<at::Tensor, at::Tensor> gemm_act_outputs(const GemmActArgs& args) {
-  const at::Tensor z =
-      args.z.defined() ? args.z.view(args.out_sizes) : at::empty({0}, args.y.options());
-  return {args.y.view(args.out_sizes), z};
+  const at::Tensor z = args.z.defined() ? shaped(args.z, args.out_sizes) : at::empty({0}, args.y.options());
+  return {shaped(args.y, args.out_sizes), z};
 }
 
 GemmActArgs prepare_gemm_dact(const at::Tensor& grad, const at::Tensor& b, const at::Tensor& saved,
@@ -219,7 +220,7 @@ at::Tensor dact_bias_grad(const at::Tensor& grad_a, const std::optional<at::Tens
                           const at::Tensor& column_sums) {
   if (!bias.has_value()) return grad_a.new_empty({0});
   if (!column_sums.defined()) return op::bias_grad().call(grad_a, *bias);
-  return column_sums.view(bias->sizes());
+  return shaped(column_sums, bias->sizes());
 }
 
 void check_chained_input(const at::Tensor& a, const std::optional<at::Tensor>& a_preact,
@@ -313,7 +314,7 @@ ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at:
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> activation_backward_outputs(const ActivationBackwardArgs& args) {
-  const at::Tensor grad_bias = args.grad_bias.defined() ? args.grad_bias.view(args.bias_sizes)
+  const at::Tensor grad_bias = args.grad_bias.defined() ? shaped(args.grad_bias, args.bias_sizes)
                                                         : at::empty({0}, args.grad_z.options());
   return {args.grad_z, grad_bias};
 }

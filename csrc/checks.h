@@ -23,6 +23,12 @@ Activation parse_activation(std::string_view name);
 // A ValueError when `act` cannot take `negative_slope`.
 void check_negative_slope(Activation act, double negative_slope);
 
+// t shaped as `sizes` (t itself where it already is: each view is a
+// dispatched call, and a fused layer's forward and backward made dozens).
+inline at::Tensor shaped(const at::Tensor& t, at::IntArrayRef sizes) {
+  return t.sizes() == sizes ? t : t.view(sizes);
+}
+
 // Under the testing switch's poison_outputs, fills t with NaN (before a
 // kernel writes it, so an element the kernel skips cannot pass a test).
 void poison_if_requested(at::Tensor& t);
@@ -118,7 +124,7 @@ std::tuple<at::Tensor, at::Tensor> gemm_dact_impl(const at::Tensor& grad, const 
   const bool per_column = bias.has_value() && bias->dim() >= 1 && bias->size(-1) == n && bias->numel() == n;
   at::Tensor column_sums;
   if (args.params.m > 0 && n > 0) column_sums = Run(args, per_column);
-  const at::Tensor grad_a = args.y.view(args.out_sizes);
+  const at::Tensor grad_a = shaped(args.y, args.out_sizes);
   return {grad_a, dact_bias_grad(grad_a, bias, column_sums)};
 }
 
@@ -141,7 +147,7 @@ template <void (*Run)(const ActivationBackwardArgs&)>
 at::Tensor bias_grad_impl(const at::Tensor& grad, const at::Tensor& bias) {
   const ActivationBackwardArgs args = prepare_bias_grad(grad, bias);
   Run(args);
-  return args.grad_bias.view(args.bias_sizes);
+  return shaped(args.grad_bias, args.bias_sizes);
 }
 
 }  // namespace gemm_act
