@@ -60,6 +60,13 @@ CASES = [
     (16384, 1024, 4096, "gelu", True, "tf32"), (8192, 4096, 16384, "gelu", True, "tf32"),
     (16, 4096, 16384, "gelu", False, "tf32"), (128, 4096, 16384, "gelu", False, "tf32"),
     (8191, 4095, 4097, "gelu", False, "bf16"), (8191, 4095, 4097, "gelu", True, "bf16"),
+    # Inference where cuBLASLt's own epilogue computes the activation (relu,
+    # gelu_tanh without Z): which backend the rule should take, by shape.
+    (8192, 4096, 16384, "relu", False, "bf16"), (8192, 4096, 16384, "gelu_tanh", False, "bf16"),
+    (4096, 4096, 11008, "relu", False, "bf16"), (4096, 4096, 11008, "gelu_tanh", False, "bf16"),
+    (4096, 4096, 4096, "gelu_tanh", False, "bf16"), (32768, 768, 3072, "gelu_tanh", False, "bf16"),
+    (12608, 1024, 4096, "gelu_tanh", False, "bf16"), (8192, 768, 3072, "gelu_tanh", False, "bf16"),
+    (8192, 4096, 11008, "relu", False, "fp16"), (2048, 4096, 11008, "relu", False, "fp16"),
 ]
 
 

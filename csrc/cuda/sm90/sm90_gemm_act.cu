@@ -222,18 +222,27 @@ bool library_is_eager(const GemmActParams& p) {
 // against eager's 1.15x; 8192x4096x16384 1.12x against 1.13x).
 constexpr int64_t kMaxDirectK = 4096;
 
+// One tile row of this family's small-M tiles (library_is_faster_few_rows).
+constexpr int64_t kMaxSmallTileM = 128;
+
 // cuBLASLt's own RELU and GELU (tanh form) epilogues, without Z (relu never
-// stores Z: its derivative comes from Y), run at every M (time / eager:
-// 8192x4096x16384 bf16 gelu_tanh 0.86 against this family's 1.03, relu 0.86
-// against 1.01; 4096^3 gelu_tanh 0.90 against 0.99; 32768x768x3072
-// gelu_tanh 0.71 against 0.76; GPT-2's MLP x12 inference, K = 768, 0.85
-// against 0.90; at M = 16, 64 and 128 with K = 4096, N = 16384 0.91-0.93
-// against 0.94-0.97, on an H200). One shape went the other way,
-// 16384x1024x4096 gelu_tanh 0.77 against 0.74, still level with
-// torch._addmm_activation. The library runs them when it can
+// stores Z: its derivative comes from Y), where they were measured faster:
+// up to one tile row of M (16 and 128 rows at K = 4096, N = 16384:
+// 0.91-0.93 x eager against this family's 0.94-0.97, H200), and at long K
+// with N <= 4096 (4096^3 bf16, time / torch.mm: relu 1.022 against 1.056,
+// gelu_tanh 1.007 against 1.077, fp16 relu 1.022 against 1.043). Elsewhere
+// this family is faster (bench/results/20261127T105000Z_dbc3ea2_sweep.log,
+// H100, 5 interleaved rounds: 8192x4096x16384 relu 1.009 against 1.037,
+// gelu_tanh 1.027 against 1.142; 4096x4096x11008 relu 0.949 against 1.052,
+// gelu_tanh 0.953 against 1.106; 16384x1024x4096 gelu_tanh 1.010 against
+// 1.106; 32768x768x3072 1.151 against 1.229; 12608x1024x4096 1.077 against
+// 1.161; 2048x4096x11008 fp16 relu 0.991 against 1.024; 8192x768x3072
+// gelu_tanh 1.161 against 1.153, level). The library runs them when it can
 // (library::cublaslt_fuses_activation).
 bool library_epilogue_is_faster(const GemmActArgs& args) {
-  return args.params.z == nullptr && library::cublaslt_fuses_activation(args);
+  const GemmActParams& p = args.params;
+  const bool epilogue_shape = p.m <= kMaxSmallTileM || (p.k >= 4096 && p.n <= 4096);
+  return p.z == nullptr && epilogue_shape && library::cublaslt_fuses_activation(args);
 }
 
 // Below this many multiply-adds the library (cuBLASLt's GEMM, then eager's
@@ -260,7 +269,6 @@ bool library_is_faster_small(const GemmActParams& p) {
 // 1.07, 768x4096x4096 0.98 against 1.21; at most 2-4% the other way, in
 // forwards storing Z at N = 16384). Up to 128 rows this family's small-M
 // tiles stream the weight as fast (128x4096x16384 gelu 0.94 against 0.99).
-constexpr int64_t kMaxSmallTileM = 128;
 constexpr int64_t kMaxFewRowsM = 768;
 bool library_is_faster_few_rows(const GemmActParams& p) {
   return p.m > kMaxSmallTileM && p.m <= kMaxFewRowsM;
