@@ -3,12 +3,14 @@ native and Python frame, from a sampling profiler (py-spy) that starts this
 script; the samples outside the step (imports, the model's build, the
 synchronisations between batches) are left out of the summary.
 
-    py-spy record --native --raw --rate 1000 -o DIR/gpt2_fused.txt -- \
+    py-spy record --native --format raw --rate 400 -o DIR/gpt2_fused.txt -- \
         python lab/diag/host_samples.py --case gpt2_small_mlp --model fused
     python lab/diag/host_samples.py --summarize DIR/gpt2_fused.txt
 
 The GPU is kept ahead of the host by a spin kernel before each batch of
-steps, so no launch waits on a full queue.
+steps, so no launch waits on a full queue. py-spy stops the process for
+each sample, so compare shares within one file rather than sample counts
+across runs; an LD_PRELOAD counter or step_host_time.py times the calls.
 """
 
 import argparse
@@ -20,10 +22,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def summarize(path, within=("step", "torch::autograd::Engine::evaluate_function"), top=40):
+def summarize(path, within=("run.<locals>.timed_step", "torch::autograd::Engine::evaluate_function"), top=40):
     """Self and inclusive shares of the frames, over the samples whose stack
     holds each name in `within` in turn: the main thread's step, and the
-    autograd engine's thread, where a CUDA backward runs."""
+    autograd engine's thread, where a CUDA backward runs. Frames inside a
+    stripped library (cuBLASLt) take the name of the nearest exported
+    symbol: a cached cuBLASLt call showed as cublasLtMatmulAlgoGetHeuristic."""
     stacks = []
     with open(path) as f:
         for line in f:
@@ -66,6 +70,9 @@ def run(args):
         for p in model.parameters():
             p.grad = None
 
+    def timed_step():  # the frame the summary counts: not the warm-up (its first backward imports sympy)
+        step()
+
     for _ in range(5):
         step()
     torch.cuda.synchronize()
@@ -73,7 +80,7 @@ def run(args):
     while time.perf_counter() - t0 < args.seconds:
         torch.cuda._sleep(int(30e-3 * 1.98e9))  # 30 ms of GPU work ahead of the host
         for _ in range(4):
-            step()
+            timed_step()
             steps += 1
         torch.cuda.synchronize()
     print(f"{args.case} {args.model}: {steps} steps in {time.perf_counter() - t0:.1f} s")
@@ -85,7 +92,7 @@ def main():
     p.add_argument("--model", default="fused", choices=["eager", "fused"])
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--summarize", help="a py-spy --raw file to summarize")
-    p.add_argument("--within", default="step,torch::autograd::Engine::evaluate_function",
+    p.add_argument("--within", default="run.<locals>.timed_step,torch::autograd::Engine::evaluate_function",
                    help="frames whose samples count, one summary each")
     args = p.parse_args()
     if args.summarize:
