@@ -74,17 +74,19 @@ def _check_rule():
     else:
         assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
     # relu and gelu_tanh without Z: cuBLASLt's own epilogue on every GPU up
-    # to one tile row and at long K with N <= 4096; elsewhere the sm90
-    # kernels on Hopper.
+    # to one tile row, at short K and at long K with N <= 4096; elsewhere
+    # the sm90 kernels on Hopper.
     a4, w4 = random_operands(1024, 4096, 8192, torch.bfloat16, "cuda")
     bias4 = torch.randn(8192, dtype=torch.bfloat16, device="cuda")
     wide = [tga.explain(a4, w4.t(), bias4, activation="relu"),
             tga.explain(a4, w4.t(), bias4, activation="gelu_tanh"),
-            tga.explain(a4[:, :768], w4[:, :768].t(), bias4, activation="gelu_tanh")]
+            tga.explain(a4[:, :1024], w4[:, :1024].t(), bias4, activation="gelu_tanh")]
     if hopper:
         assert all(plan.startswith("sm90: ") for plan in wide), wide
     else:
         assert wide == [LT + "RELU_BIAS [BFloat16]"] + [LT + "GELU_BIAS [BFloat16]"] * 2, wide
+    short_k = tga.explain(a4[:, :768], w4[:, :768].t(), bias4, activation="gelu_tanh")
+    assert short_k == LT + "GELU_BIAS [BFloat16]", short_k
     narrow_n = tga.explain(a4, w4[:4096].t(), bias4[:4096], activation="gelu_tanh")
     assert narrow_n == LT + "GELU_BIAS [BFloat16]", narrow_n
     assert tga.explain(a4[:128], w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"

@@ -227,21 +227,27 @@ constexpr int64_t kMaxSmallTileM = 128;
 
 // cuBLASLt's own RELU and GELU (tanh form) epilogues, without Z (relu never
 // stores Z: its derivative comes from Y), where they were measured faster:
-// up to one tile row of M (16 and 128 rows at K = 4096, N = 16384:
-// 0.91-0.93 x eager against this family's 0.94-0.97, H200), and at long K
-// with N <= 4096 (4096^3 bf16, time / torch.mm: relu 1.022 against 1.056,
-// gelu_tanh 1.007 against 1.077, fp16 relu 1.022 against 1.043). Elsewhere
-// this family is faster (bench/results/20261127T105000Z_dbc3ea2_sweep.log,
+// - up to one tile row of M (16 and 128 rows at K = 4096, N = 16384:
+//   0.91-0.93 x eager against this family's 0.94-0.97, H200);
+// - at short K, where the epilogue is a large share of the time (GPT-2's
+//   MLP x12 in inference, K = 768: 0.819 x eager through the epilogue
+//   against 0.875 through this family, H100, two runs; 0.85 against 0.90
+//   on an H200; 32768x768x3072 level);
+// - at long K with N <= 4096 (4096^3 bf16, time / torch.mm: relu 1.022
+//   against 1.056, gelu_tanh 1.007 against 1.077, fp16 relu 1.022 against
+//   1.043).
+// Elsewhere this family is faster (bench/results/20261127T105000Z_dbc3ea2_sweep.log,
 // H100, 5 interleaved rounds: 8192x4096x16384 relu 1.009 against 1.037,
 // gelu_tanh 1.027 against 1.142; 4096x4096x11008 relu 0.949 against 1.052,
 // gelu_tanh 0.953 against 1.106; 16384x1024x4096 gelu_tanh 1.010 against
-// 1.106; 32768x768x3072 1.151 against 1.229; 12608x1024x4096 1.077 against
-// 1.161; 2048x4096x11008 fp16 relu 0.991 against 1.024; 8192x768x3072
-// gelu_tanh 1.161 against 1.153, level). The library runs them when it can
+// 1.106; 12608x1024x4096 1.077 against 1.161; 2048x4096x11008 fp16 relu
+// 0.991 against 1.024). The library runs them when it can
 // (library::cublaslt_fuses_activation).
+constexpr int64_t kMaxEpilogueShortK = 768;
 bool library_epilogue_is_faster(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
-  const bool epilogue_shape = p.m <= kMaxSmallTileM || (p.k >= 4096 && p.n <= 4096);
+  const bool epilogue_shape =
+      p.m <= kMaxSmallTileM || p.k <= kMaxEpilogueShortK || (p.k >= 4096 && p.n <= 4096);
   return p.z == nullptr && epilogue_shape && library::cublaslt_fuses_activation(args);
 }
 
