@@ -245,6 +245,19 @@ struct LayerRecord {
 
   static constexpr const char* kKey = "layer";
 
+  // The record of gemm_act's own arguments (the call that made them has
+  // validated the activation's name).
+  static LayerRecord of(c10::string_view activation, double alpha, double beta, double negative_slope,
+                        bool store_preact) {
+    LayerRecord r;
+    r.activation = parse_activation(activation);
+    r.alpha = alpha;
+    r.beta = beta;
+    r.negative_slope = negative_slope;
+    r.store_preact = store_preact;
+    return r;
+  }
+
   // Small integers and flags are exact as doubles.
   void save(AutogradContext* ctx) const {
     ctx->saved_data[kKey] = std::vector<double>{
@@ -361,13 +374,7 @@ struct GemmActFunction : public torch::autograd::Function<GemmActFunction> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [y, z] = call_gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact);
     // The call above has validated every argument, the activation's name included.
-    LayerRecord record;
-    record.activation = parse_activation(activation);
-    record.alpha = alpha;
-    record.beta = beta;
-    record.negative_slope = negative_slope;
-    record.store_preact = store_preact;
-    save_layer(ctx, record, a, b, bias, c, y, z);
+    save_layer(ctx, LayerRecord::of(activation, alpha, beta, negative_slope, store_preact), a, b, bias, c, y, z);
     return {y, z};
   }
 
@@ -397,14 +404,9 @@ struct GemmActChainedFunction : public torch::autograd::Function<GemmActChainedF
     auto [y, z] = op::gemm_act_chained().call(a, a_preact, a_bias, a_activation, a_negative_slope, b,
                                               bias, c, activation, alpha, beta, negative_slope,
                                               store_preact, z_feeds_chain);
-    LayerRecord record;
-    record.activation = parse_activation(activation);
+    LayerRecord record = LayerRecord::of(activation, alpha, beta, negative_slope, store_preact);
     record.a_activation = parse_activation(a_activation);
-    record.alpha = alpha;
-    record.beta = beta;
-    record.negative_slope = negative_slope;
     record.a_negative_slope = a_negative_slope;
-    record.store_preact = store_preact;
     record.z_feeds_chain = z_feeds_chain;
     at::Tensor a_saved;
     if (a_preact.has_value()) a_saved = grad_from_output(record.a_activation) ? a : *a_preact;
