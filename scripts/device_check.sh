@@ -130,8 +130,8 @@ python3 lab/diag/launch_cost.py 2>&1 | tee "$OUT/launch_cost.log" | tail -8
 fi
 
 if want host; then
-step "host time against GPU time per model step, and per call of one block (HOST_CASE='${HOST_CASE:-gpt2_small_mlp}')"
-python3 lab/diag/step_host_time.py 2>&1 | tee "$OUT/step_host_time.log"
+step "host time against GPU time per model step (HOST_ARGS='${HOST_ARGS:-}'), and per call of one block (HOST_CASE='${HOST_CASE:-gpt2_small_mlp}')"
+python3 lab/diag/step_host_time.py ${HOST_ARGS:-} 2>&1 | tee "$OUT/step_host_time.log"
 python3 lab/diag/layer_host_time.py --case "${HOST_CASE:-gpt2_small_mlp}" 2>&1 | tee "$OUT/layer_host_time.log"
 fi
 exit $status

@@ -11,7 +11,9 @@ and the GPU then runs the queued steps back to back: their time between two
 events is the GPU's alone. A step whose host time is above its GPU time
 leaves the GPU idle in a timed loop. --compiled measures the models under
 torch.compile instead, with compile fusion's (the pass on compiled eager,
-as bench/models.py builds it) beside them.
+as bench/models.py builds it) beside them. --unbounded adds the fused model
+with no layer treated as host-bound (functional.HOST_BOUND_MULTIPLY_ADDS
+= 0): every layer through the fused operator, as against ATen's kernels.
 """
 
 import argparse
@@ -29,6 +31,24 @@ import bench  # noqa: E402
 import models  # noqa: E402
 
 SPIN_MS = 80.0
+
+
+class Unbounded(torch.nn.Module):
+    """`inner` called with no layer treated as host-bound (the threshold is
+    read per call, in the forward; the backward follows what it chose)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        from torch_gemm_act import functional
+        saved = functional.HOST_BOUND_MULTIPLY_ADDS
+        functional.HOST_BOUND_MULTIPLY_ADDS = 0
+        try:
+            return self.inner(x)
+        finally:
+            functional.HOST_BOUND_MULTIPLY_ADDS = saved
 
 
 def spin_cycles():
@@ -77,6 +97,7 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--compiled", action="store_true", help="the models under torch.compile, compile fusion beside")
+    p.add_argument("--unbounded", action="store_true", help="beside them, the fused model with no host-bound layer")
     args = p.parse_args()
     cycles = spin_cycles()
     print(f"{'case':<20} {'mode':<10} {'model':<14} {'host ms':>8} {'fwd':>7} {'bwd':>7} {'clear':>6} "
@@ -84,6 +105,8 @@ def main():
     for case in args.cases.split(","):
         eager, fused, x, gy = models.build(case, "cuda", False)
         named = models.contenders(eager, fused, args.compiled)
+        if args.unbounded and not args.compiled:
+            named["fused_unbounded"] = Unbounded(fused)
         for mode in args.modes.split(","):
             for name, model in named.items():
                 for _ in range(2):  # warm-up: compilation, the caching allocator's blocks, lazy inits
