@@ -93,15 +93,10 @@ def torch_module(activation, negative_slope=0.01):
 
 
 @functools.lru_cache(maxsize=None)
-def shared_twin(activation, negative_slope=0.01, inplace=False):
-    """twin's module, one per (activation, slope, inplace), shared (the
-    modules hold no state): for a path that applies it on every call. With
-    ``inplace``, a module that can (nn.ReLU, nn.LeakyReLU, nn.SiLU)
-    overwrites its input."""
-    module = twin(activation, negative_slope)
-    if inplace and hasattr(module, "inplace"):
-        module.inplace = True
-    return module
+def shared_twin(activation, negative_slope=0.01):
+    """twin's module, one per (activation, slope), shared (the modules hold
+    no state): for a path that applies it on every call."""
+    return twin(activation, negative_slope)
 
 
 def twin(activation, negative_slope=0.01):

@@ -94,11 +94,14 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 
 # Below about this many multiply-adds a layer on CUDA is bound by host time:
 # its GEMM takes a few microseconds (bf16; tens in exact fp32), less than
-# the host spends on the call, and a fused epilogue saves less than the
-# fused operator's own host time costs. The small MLP case (512 x 256 x
-# 1024, 1.3e8) ran 1.16-1.28 x eager's training step through the fused
-# modules, its GPU busy time 0.91 x eager's (H200); GPT-2's MLP layers
-# (1.9e10) are GPU-bound.
+# the host spends on the call. There a chain (chain.chain_pays) publishes no
+# Z: the chained operator's extra arguments would add to host time what it
+# saves the GPU. A fused layer itself runs the fused operator at any size:
+# a host-bound step spends less host time through it than through F.linear
+# and the activation (the small fp32 MLP, 512 x 256 x 1024 relu, a training
+# step: host 3.24 ms through the operator, 3.50 through ATen's kernels below
+# this bound, eager 3.37; GPU 0.745 against 0.833; H100, csrc 1f88465,
+# lab/diag/step_host_time.py --unbounded).
 HOST_BOUND_MULTIPLY_ADDS = 1 << 30
 
 
@@ -150,19 +153,14 @@ def host_bound(x, n):
     """Whether a layer taking x ([..., K]) to n columns is host-bound on
     CUDA (``HOST_BOUND_MULTIPLY_ADDS``), in eager mode; never on the CPU, and
     not under torch.compile, where the graph's launches replace the calls."""
-    return not torch.compiler.is_compiling() and host_bound_in_eager(x, n)
-
-
-def host_bound_in_eager(x, n):
-    """host_bound for a caller that knows it is in eager mode."""
-    return x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
+    return not torch.compiler.is_compiling() and x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
 
 
 def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.
     if return_preact:
         return True
-    return _needs_grad(a, b, bias, c) and activation not in GRAD_FROM_OUTPUT
+    return activation not in GRAD_FROM_OUTPUT and _needs_grad(a, b, bias, c)
 
 
 def _needs_grad(*operands):

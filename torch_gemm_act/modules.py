@@ -9,7 +9,7 @@ from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_act
                           twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
-                         gated_linear_act, gemm_act, host_bound_in_eager)
+                         gated_linear_act, gemm_act)
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -55,22 +55,15 @@ class _WithActivation(_Fused):
     _chain_in = None   # ChainLink from the layer whose output this one takes
     _chain_out = None  # ChainLink to the layer that takes this one's output
 
-    def _runs_unfused(self, x, n, compiling):
-        """Whether this call runs ATen's kernels, as the unfused layer does:
-        in eager mode where the layer is host-bound (functional.host_bound),
-        the fused operator saving less GPU time than its host time costs;
-        under torch.compile where the operator would take eager's formula
-        anyway (functional._compiles_as_eager), so that the module's
-        forward is traced as the unfused one (through the chain and the
-        operator's Python, each compiled call had cost about 2 us more host
-        time per fused block: guards, and chain-link writes replayed after
-        the graph). A chain's second layer still takes what the first
-        published. ``compiling``: torch.compiler.is_compiling(), which the
-        caller asks once (a host-bound layer's every call pays for it)."""
-        if compiling:
-            if not _compiles_as_eager(x, self.activation, _needs_grad(x, self.weight, self.bias)):
-                return False
-        elif not host_bound_in_eager(x, n):
+    def _compiles_unfused(self, x):
+        """Whether, under torch.compile, this call is traced as the unfused
+        layer (ATen's ops, which Inductor fuses itself): where the operator
+        would take eager's formula anyway (functional._compiles_as_eager).
+        Through the chain and the operator's Python, each compiled call had
+        cost about 2 us more host time per fused block (guards, and
+        chain-link writes replayed after the graph). A chain's second layer
+        still takes what the first published."""
+        if not _compiles_as_eager(x, self.activation, _needs_grad(x, self.weight, self.bias)):
             return False
         if self._chain_in is None:
             return True
@@ -79,20 +72,11 @@ class _WithActivation(_Fused):
         self._chain_in.clear()  # what it holds is another input's
         return True
 
-    def _activate(self, y, compiling):
-        # forward itself: the shared module has no hooks, and its __call__
-        # would add to host time what fusing saves on a host-bound layer.
-        # Dynamo traces through the cache (with a warning) and builds the
-        # module anyway: under torch.compile, a fresh one.
+    def _activate(self, y):
+        # The twin's forward itself: Dynamo traces through it.
         if self.activation == IDENTITY:
             return y
-        if compiling:
-            return twin(self.activation, self.negative_slope).forward(y)
-        # Outside autograd, y (this call's own temporary) takes the
-        # activation in place where the twin can: the layer's input, which
-        # the caller still holds, would otherwise be alive beside Z and Y,
-        # where an unfused model has freed it after its Linear.
-        return shared_twin(self.activation, self.negative_slope, not torch.is_grad_enabled()).forward(y)
+        return twin(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight
@@ -145,9 +129,8 @@ class LinearAct(_WithActivation, nn.Linear):
         return _share_parameters(module, linear)
 
     def forward(self, x):
-        compiling = torch.compiler.is_compiling()
-        if self._runs_unfused(x, self.out_features, compiling):
-            return self._activate(nn.functional.linear(x, self.weight, self.bias), compiling)
+        if torch.compiler.is_compiling() and self._compiles_unfused(x):
+            return self._activate(nn.functional.linear(x, self.weight, self.bias))
         return self._gemm(x, self.weight, self.bias, b_is_weight=True)
 
     def extra_repr(self):
@@ -190,10 +173,9 @@ class Conv1DAct(_WithActivation, nn.Module):
         return module
 
     def forward(self, x):
-        compiling = torch.compiler.is_compiling()
-        if self._runs_unfused(x, self.nf, compiling):  # Conv1D's own formula
+        if torch.compiler.is_compiling() and self._compiles_unfused(x):  # Conv1D's own formula
             y = torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
-            return self._activate(y, compiling)
+            return self._activate(y)
         # weight is [K, N] already: the GEMM's B without a transpose.
         return self._gemm(x, self.weight, self.bias)
 
