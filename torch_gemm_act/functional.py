@@ -97,11 +97,12 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # the host spends on the call. There a chain (chain.chain_pays) publishes no
 # Z: the chained operator's extra arguments would add to host time what it
 # saves the GPU. A fused layer itself runs the fused operator at any size:
-# a host-bound step spends less host time through it than through F.linear
-# and the activation (the small fp32 MLP, 512 x 256 x 1024 relu, a training
-# step: host 3.24 ms through the operator, 3.50 through ATen's kernels below
-# this bound, eager 3.37; GPU 0.745 against 0.833; H100, csrc 1f88465,
-# lab/diag/step_host_time.py --unbounded).
+# through it a host-bound step costs the host no more than through
+# F.linear and the activation, and the GPU less (the small fp32 MLP, 512 x
+# 256 x 1024 relu, H100, contenders in turns: inference host 0.763 / 0.775
+# ms against eager's 0.798 / 0.915 in two runs; training 3.236 / 3.681
+# against 3.371 / 3.324, within those hosts' spread; GPU 0.745 against
+# 0.833; lab/diag/step_host_time.py).
 HOST_BOUND_MULTIPLY_ADDS = 1 << 30
 
 
