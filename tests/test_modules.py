@@ -192,8 +192,9 @@ def test_small_model_inference_peaks_no_higher_than_eager_cuda(activation):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_layers_of_any_size_run_the_fused_operator_cuda(dtype):
     """In eager mode a fused layer runs the fused operator however small it
-    is (host-bound ones included: the operator costs the host less than
-    F.linear and the activation), and computes what they do."""
+    is (host-bound ones included: through the operator they cost the host
+    no more than F.linear and the activation, and the GPU less), and
+    computes what those do."""
     fused = tga.LinearAct(256, 1024, activation="gelu", device="cuda", dtype=dtype)
     for rows in (1, 64, 512, 4096):
         x = torch.randn(rows, 256, device="cuda", dtype=dtype, requires_grad=True)
