@@ -161,18 +161,27 @@ def rel_err(got, ref):
     return (got.double() - ref.double()).abs().max().item() / scale
 
 
-def contenders(eager, fused, compiled):
+def contenders(eager, fused, compiled, control=False):
     """name -> model: eager and fused, or, compiled, each under
     torch.compile and compile fusion's (the eager model compiled with the
-    pass; its first call must run under first_call)."""
+    pass; its first call must run under first_call). With ``control``, also
+    ``eager_copy``: a copy of the eager model, compiled or not as eager is,
+    timed as a contender of its own. It runs eager's computation, so its
+    ratio to eager is what the bench reads between two identical steps
+    (their order and the clock's drift), the spread any other ratio of the
+    row carries."""
     import torch
 
+    models = {"eager": eager, "fused": fused}
+    if control:
+        models["eager_copy"] = copy.deepcopy(eager)
     if not compiled:
-        return {"eager": eager, "fused": fused}
+        return models
     bench.compile_in_process()
     torch.compiler.reset()
-    return {"eager": torch.compile(eager), "fused": torch.compile(fused),
-            "compile_fusion": torch.compile(own_frame(copy.deepcopy(eager)))}
+    models = {name: torch.compile(m) for name, m in models.items()}
+    models["compile_fusion"] = torch.compile(own_frame(copy.deepcopy(eager)))
+    return models
 
 
 @contextlib.contextmanager
@@ -214,7 +223,7 @@ def measure(case, mode, compiled, ctx):
 
     args, device, timer = ctx["args"], ctx["device"], ctx["timer"]
     eager, fused, x, gy = build(case, device, args.cpu_dry_run)
-    models = contenders(eager, fused, compiled)
+    models = contenders(eager, fused, compiled, args.control)
     fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
     row = {"case": case, "mode": mode, "compiled": compiled, "dtype": CASES[case][5],
            "ms": {}, "peak_bytes": {}}
@@ -230,7 +239,7 @@ def measure(case, mode, compiled, ctx):
                 row["compile_fusion_chained"] = fusion_pass.chained
                 row["compile_fusion_glu"] = fusion_pass.glu
                 row["compile_fusion_gated"] = fusion_pass.gated
-    errs = [rel_err(g, r) for other in ("fused", "compile_fusion") if other in outs
+    errs = [rel_err(g, r) for other in ("fused", "compile_fusion", "eager_copy") if other in outs
             for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)
     row["correct"] = row["max_rel_err"] <= TOLERANCE[row["dtype"]]
@@ -254,17 +263,21 @@ def measure(case, mode, compiled, ctx):
 
 def table(rows):
     head = (f'{"case":<20} {"mode":<10} {"compiled":<8} {"eager ms":>9} {"fused ms":>9} {"fused/eager":>11} '
-            f'{"cfusion/eager":>13} {"peak MiB e/f":>14} err')
+            f'{"cfusion/eager":>13} {"copy/eager":>10} {"peak MiB e/f":>14} err')
     lines = [head, "-" * len(head)]
+
+    def ratio(r, name, width):
+        v = r["ms"].get(name)
+        return f"{v / r['ms']['eager']:>{width - 1}.3f}x" if v is not None else f'{"-":>{width}}'
+
     for r in rows:
         e, f = r["ms"]["eager"], r["ms"]["fused"]
-        cf = r["ms"].get("compile_fusion")
         pb = r["peak_bytes"]
         mem = ("-" if pb.get("eager") is None
                else f'{pb["eager"] / 2**20:.0f}/{pb["fused"] / 2**20:.0f}')
-        cfus = f"{cf / e:>12.3f}x" if cf is not None else f'{"-":>13}'
         lines.append(f'{r["case"]:<20} {r["mode"]:<10} {str(r["compiled"]):<8} {e:>9.3f} {f:>9.3f} '
-                     f'{f / e:>10.3f}x {cfus} {mem:>14} {r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
+                     f'{f / e:>10.3f}x {ratio(r, "compile_fusion", 13)} {ratio(r, "eager_copy", 10)} {mem:>14} '
+                     f'{r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
                      + (" (from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_err_fp64"].items())
                         + ")" if "max_rel_err_fp64" in r else ""))
     return "\n".join(lines)
@@ -297,6 +310,8 @@ def parse_args(argv):
     p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     p.add_argument("--no-compile", action="store_true", help="eager mode only")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--control", action="store_true",
+                   help="also time a copy of the eager model (ms.eager_copy): the spread between identical steps")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time per round, ms")
     p.add_argument("--cpu-dry-run", action="store_true",

@@ -34,9 +34,10 @@ def test_models_dry_run(tmp_path):
 
 
 def test_models_dry_run_compiled(tmp_path):
-    """The compiled rows: eager, fused and the unchanged model under compile fusion."""
+    """The compiled rows: eager, fused and the unchanged model under compile
+    fusion; with --control, a copy of the eager model in every row."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
-                             "--dry-run-compile", "--cases", "small_mlp_fp32", "--rounds", "1",
+                             "--dry-run-compile", "--control", "--cases", "small_mlp_fp32", "--rounds", "1",
                              "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
@@ -44,8 +45,8 @@ def test_models_dry_run_compiled(tmp_path):
     assert {(r["mode"], r["compiled"]) for r in rows} == {
         (m, c) for m in ("inference", "training") for c in (False, True)}
     for r in rows:
-        expected = {"eager", "fused", "compile_fusion"} if r["compiled"] else {"eager", "fused"}
-        assert set(r["ms"]) == expected and r["correct"], r
+        expected = {"eager", "fused", "eager_copy"} | ({"compile_fusion"} if r["compiled"] else set())
+        assert set(r["ms"]) == expected and set(r["peak_bytes"]) == expected and r["correct"], r
         if r["compiled"]:
             # Its compilation went through the fusion pass (not the eager model's, reused).
             assert r["compile_fusion_pairs"] == 2, r

@@ -152,6 +152,40 @@ def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(
     assert_close(out, expected, torch.float32)
 
 
+def _graph_calls(model, x, grad):
+    """The call_function targets of the graph torch.compile captures."""
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.extend(str(n.target) for n in gm.graph.nodes
+                     if n.op == "call_function" and "_log_api_usage" not in str(n.target))
+        return gm
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(grad):
+        torch.compile(model, backend=backend, fullgraph=True)(x)
+    return calls
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_compiled_layer_without_activation_is_linear_where_no_link_hands_it_z(grad, device):
+    """A fused model's second Linear (a LinearAct with no activation, its
+    chain's second link) compiles to F.linear where its input comes with no
+    Z: in inference, or where the first layer itself compiles unfused. In
+    training through the chain it is the chained operator."""
+    torch._dynamo.reset()
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    fused = tga.fuse_linear_act(copy.deepcopy(eager)).to(device=device, dtype=torch.bfloat16)
+    x = torch.randn(64, 16, device=device, dtype=torch.bfloat16)
+    calls = _graph_calls(fused, x, grad)
+    chained = tga.chain.chain_pays(x, fused[0].weight, fused[0].bias, "gelu", any_size=True, b_is_weight=True)
+    if grad and chained:
+        assert calls.count("gemm_act.gemm_act_chained.default") == 2, calls
+        assert "<built-in function linear>" not in calls
+    else:
+        assert calls.count("<built-in function linear>") == 1, calls
+        assert not any("chained" in c for c in calls), calls
+
+
 def test_emptying_an_empty_chain_link_writes_nothing():
     """Each write to a ChainLink under torch.compile is a side effect that
     Dynamo replays after the graph on every call; a layer that finds its
