@@ -117,6 +117,21 @@ def test_compiled_fused_model_does_not_recompile_across_batch_sizes(device):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
+def _graph_calls(model, x, grad=True):
+    """(the call_function targets of the graph torch.compile captures, the output)."""
+    calls = []
+
+    def backend(gm, example_inputs):
+        # Module construction in the trace records a logging call, not an operator.
+        calls.extend(str(n.target) for n in gm.graph.nodes
+                     if n.op == "call_function" and "_log_api_usage" not in str(n.target))
+        return gm
+    torch._dynamo.reset()
+    with torch.set_grad_enabled(grad):
+        out = torch.compile(model, backend=backend, fullgraph=True)(x)
+    return calls, out
+
+
 def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(monkeypatch, device):
     """Where a fused layer's operator would take eager's formula under
     torch.compile (exact fp32 on CUDA; made so here on the CPU), the fused
@@ -133,37 +148,11 @@ def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
     assert sum(isinstance(m, tga.LinearAct) for m in fused.modules()) == 4
 
-    def aten_calls(model, x):
-        calls = []
-
-        def backend(gm, example_inputs):
-            # Module construction in the trace records a logging call, not an operator.
-            calls.extend(str(n.target) for n in gm.graph.nodes
-                         if n.op == "call_function" and "_log_api_usage" not in str(n.target))
-            return gm
-        torch._dynamo.reset()
-        out = torch.compile(model, backend=backend, fullgraph=True)(x)
-        return calls, out
-
     x = torch.randn(5, 16, device=device)
-    fused_calls, out = aten_calls(fused, x)
-    eager_calls, expected = aten_calls(eager, x)
+    fused_calls, out = _graph_calls(fused, x)
+    eager_calls, expected = _graph_calls(eager, x)
     assert fused_calls == eager_calls
     assert_close(out, expected, torch.float32)
-
-
-def _graph_calls(model, x, grad):
-    """The call_function targets of the graph torch.compile captures."""
-    calls = []
-
-    def backend(gm, example_inputs):
-        calls.extend(str(n.target) for n in gm.graph.nodes
-                     if n.op == "call_function" and "_log_api_usage" not in str(n.target))
-        return gm
-    torch._dynamo.reset()
-    with torch.set_grad_enabled(grad):
-        torch.compile(model, backend=backend, fullgraph=True)(x)
-    return calls
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -176,7 +165,7 @@ def test_compiled_layer_without_activation_is_linear_where_no_link_hands_it_z(gr
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
     fused = tga.fuse_linear_act(copy.deepcopy(eager)).to(device=device, dtype=torch.bfloat16)
     x = torch.randn(64, 16, device=device, dtype=torch.bfloat16)
-    calls = _graph_calls(fused, x, grad)
+    calls, _ = _graph_calls(fused, x, grad)
     chained = tga.chain.chain_pays(x, fused[0].weight, fused[0].bias, "gelu", any_size=True, b_is_weight=True)
     if grad and chained:
         assert calls.count("gemm_act.gemm_act_chained.default") == 2, calls
