@@ -16,6 +16,10 @@ costs them all alike. Each round starts one contender later, so none is
 always the one timed right after torch.mm (2-3% slower under the power cap).
 
     python bench/kernel_sweep.py [--family sm80] [--configs auto,pingpong_128x128_c1x2] [--out sweep.json]
+
+A configuration written NAME@S (sm90: "auto@8", "cooperative_128x256_c1x2@4")
+runs with its tiles taken in bands of S clusters (the testing switch's
+sm90_swizzle) instead of the heuristic's band.
 """
 
 import argparse
@@ -30,8 +34,15 @@ def compiled_configs(family):
     return torch_gemm_act.testing.kernels(family)
 
 
+def split_band(cfg):
+    """(configuration name, band of clusters or None) of NAME[@S]."""
+    name, _, band = cfg.partition("@")
+    return name, int(band) if band else None
+
+
 def runs_case(cfg, dt, store_z, kernels):
     """Whether configuration `cfg` exists for the case (weight.t(): a K-major B)."""
+    cfg, _ = split_band(cfg)
     if cfg in ("auto", "library"):
         return True
     return any(k["name"] == cfg and k["dtype"] == SWEEP_DTYPES[dt] and k["b_layout"] == "kmajor"
@@ -67,6 +78,11 @@ CASES = [
     (4096, 4096, 4096, "gelu_tanh", False, "bf16"), (32768, 768, 3072, "gelu_tanh", False, "bf16"),
     (12608, 1024, 4096, "gelu_tanh", False, "bf16"), (8192, 768, 3072, "gelu_tanh", False, "bf16"),
     (8192, 4096, 11008, "relu", False, "fp16"), (2048, 4096, 11008, "relu", False, "fp16"),
+    # Both operands larger than the L2: the tile order's band decides how
+    # often each is read from memory.
+    (16384, 4096, 16384, "gelu", False, "bf16"), (16384, 4096, 16384, "gelu", True, "bf16"),
+    (8192, 4096, 8192, "gelu", False, "bf16"), (8192, 4096, 8192, "gelu", True, "bf16"),
+    (8192, 2048, 16384, "gelu", False, "bf16"), (8192, 4096, 12288, "gelu", False, "bf16"),
 ]
 
 
@@ -83,10 +99,12 @@ def measure(family, configs, rounds, rep, only=None):
     dtypes = {k["dtype"] for k in kernels}
 
     def forced(cfg):
+        cfg, band = split_band(cfg)
         if cfg == "library":
             return tga.testing.override(cuda_backend="library")
+        bands = {"sm90_swizzle": band} if band is not None else {}
         return tga.testing.override(cuda_backend=family,
-                                    **{f"{family}_kernel": None if cfg == "auto" else cfg})
+                                    **{f"{family}_kernel": None if cfg == "auto" else cfg}, **bands)
 
     out = []
     for case in CASES:

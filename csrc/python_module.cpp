@@ -126,16 +126,19 @@ PyObject* set_testing_overrides(PyObject*, PyObject* args) {
   const char* sm90_kernel = nullptr;
   const char* sm80_kernel = nullptr;
   int poison = 0;
-  if (!PyArg_ParseTuple(args, "ssps", &backend, &sm90_kernel, &poison, &sm80_kernel)) return nullptr;
-  testing::set_overrides({backend, sm90_kernel, sm80_kernel, poison != 0});
+  int sm90_swizzle = 0;
+  if (!PyArg_ParseTuple(args, "sspsi", &backend, &sm90_kernel, &poison, &sm80_kernel, &sm90_swizzle)) {
+    return nullptr;
+  }
+  testing::set_overrides({backend, sm90_kernel, sm80_kernel, sm90_swizzle, poison != 0});
   Py_RETURN_NONE;
 }
 
-// (cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)
+// (cuda_backend, sm90_kernel, poison_outputs, sm80_kernel, sm90_swizzle)
 PyObject* testing_overrides(PyObject*, PyObject*) {
   const testing::Overrides o = testing::overrides();
-  return Py_BuildValue("(ssOs)", o.cuda_backend.c_str(), o.sm90_kernel.c_str(),
-                       o.poison_outputs ? Py_True : Py_False, o.sm80_kernel.c_str());
+  return Py_BuildValue("(ssOsi)", o.cuda_backend.c_str(), o.sm90_kernel.c_str(),
+                       o.poison_outputs ? Py_True : Py_False, o.sm80_kernel.c_str(), o.sm90_swizzle);
 }
 
 // gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
@@ -231,7 +234,8 @@ PyMethodDef kMethods[] = {
     {"fused_glu_min_rows", fused_glu_min_rows, METH_NOARGS,
      "the fewest rows at which gemm_glu runs a fused kernel under the rule; None without one"},
     {"set_testing_overrides", set_testing_overrides, METH_VARARGS,
-     "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel); see torch_gemm_act.testing"},
+     "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel, sm90_swizzle); "
+     "see torch_gemm_act.testing"},
     {"testing_overrides", testing_overrides, METH_NOARGS,
      "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)"},
     {"gemm_act", gemm_act_call, METH_VARARGS,

@@ -40,7 +40,7 @@ Overrides overrides() {
 void set_overrides(Overrides o) {
   std::lock_guard<std::mutex> guard(lock());
   const bool any = !o.cuda_backend.empty() || !o.sm90_kernel.empty() || !o.sm80_kernel.empty() ||
-                   o.poison_outputs;
+                   o.sm90_swizzle != 0 || o.poison_outputs;
   state() = std::move(o);
   any_set().store(any, std::memory_order_relaxed);
 }

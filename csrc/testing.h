@@ -15,6 +15,7 @@ struct Overrides {
   std::string cuda_backend;  // a name of the CUDA dispatch rule; empty: the rule decides
   std::string sm90_kernel;   // an sm90 configuration's name; empty: the heuristic decides
   std::string sm80_kernel;   // an sm80 configuration's name; empty: the heuristic decides
+  int sm90_swizzle = 0;      // the sm90 tile scheduler's band of clusters (1, 2, 4, 8); 0: the heuristic decides
   bool poison_outputs = false;  // fill every output with NaN before its kernel runs
 };
 

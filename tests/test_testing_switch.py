@@ -48,8 +48,12 @@ def test_override_validates_names_and_restores():
     with pytest.raises(ValueError, match=r"no sm90 kernel configuration 'nope'"):
         with tga.testing.override(sm90_kernel="nope"):
             pass
-    with tga.testing.override(poison_outputs=False):
+    with pytest.raises(ValueError, match=r"sm90_swizzle must be one of 0, 1, 2, 4, 8, got 3"):
+        with tga.testing.override(sm90_swizzle=3):
+            pass
+    with tga.testing.override(poison_outputs=False, sm90_swizzle=8):
         assert tga.testing._C.testing_overrides()[2] is False
+        assert tga.testing._C.testing_overrides()[4] == 8
     assert tga.testing._C.testing_overrides() == before
 
 
@@ -96,6 +100,21 @@ def test_forced_backend_runs_the_case_cuda(backend):
         assert tga.explain(a, w.t(), activation="gelu").startswith(f"{backend}: ")
         y = tga.linear_act(a, w, None, "gelu")
     assert_close(y, reference64(a, w.t(), activation="gelu")[0], torch.bfloat16)
+
+
+@requires_cuda
+@pytest.mark.parametrize("swizzle", [1, 2, 4, 8])
+def test_forced_sm90_band_computes_the_same_cuda(swizzle):
+    """Every band of clusters the tile scheduler can take covers each tile
+    once: a tile grid that no band divides (1100 x 1240 outputs) still comes
+    out whole."""
+    _needs_backend("sm90")
+    a, w = random_operands(1100, 512, 1240, torch.bfloat16, "cuda")
+    with tga.testing.override(cuda_backend="sm90", sm90_swizzle=swizzle, poison_outputs=True):
+        y, z = tga.gemm_act(a, w.t(), activation="gelu", return_preact=True)
+    y_ref, z_ref = reference64(a, w.t(), activation="gelu")
+    assert_close(y, y_ref, torch.bfloat16)
+    assert_close(z, z_ref, torch.bfloat16)
 
 
 @requires_cuda

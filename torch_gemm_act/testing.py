@@ -8,6 +8,8 @@
         ...   # every sm90 launch uses that configuration (an error where it cannot run)
     with torch_gemm_act.testing.override(cuda_backend="sm80", sm80_kernel="mma_128x256x32_s4"):
         ...   # likewise for the Ampere-class family
+    with torch_gemm_act.testing.override(sm90_swizzle=8):
+        ...   # sm90 launches take the tiles in bands of 8 clusters (0: the heuristic's band)
     with torch_gemm_act.testing.override(poison_outputs=True):
         ...   # outputs are NaN before each kernel writes them
 
@@ -35,10 +37,15 @@ def kernels(family=None, op="gemm_act"):
                  (op is None or r["op"] == op))
 
 
+SM90_SWIZZLES = (0, 1, 2, 4, 8)  # the bands CUTLASS's tile scheduler takes; 0: the heuristic's
+
+
 @contextlib.contextmanager
-def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, poison_outputs=None):
+def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, sm90_swizzle=None, poison_outputs=None):
     """Forces what is given (None keeps the current setting) inside the block."""
     previous = _C.testing_overrides()
+    if sm90_swizzle is not None and sm90_swizzle not in SM90_SWIZZLES:
+        raise ValueError(f"sm90_swizzle must be one of {', '.join(map(str, SM90_SWIZZLES))}, got {sm90_swizzle!r}")
     if cuda_backend not in (None, "") and cuda_backend not in cuda_backends():
         raise ValueError(f"no CUDA backend {cuda_backend!r} in this build; expected one of "
                          f"{', '.join(cuda_backends()) or '(none: a CPU-only build)'}")
@@ -47,12 +54,13 @@ def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, poison_ou
         if kernel is not None and kernel not in names:
             raise ValueError(f"no {family} kernel configuration {kernel!r} in this build; expected one "
                              f"of {', '.join(names) or '(none)'}")
-    backend, kernel90, poison, kernel80 = previous
+    backend, kernel90, poison, kernel80, swizzle = previous
     _C.set_testing_overrides(
         backend if cuda_backend is None else cuda_backend,
         kernel90 if sm90_kernel is None else sm90_kernel,
         poison if poison_outputs is None else bool(poison_outputs),
-        kernel80 if sm80_kernel is None else sm80_kernel)
+        kernel80 if sm80_kernel is None else sm80_kernel,
+        swizzle if sm90_swizzle is None else int(sm90_swizzle))
     try:
         yield
     finally:

@@ -159,20 +159,29 @@ std::optional<KernelConfig> forced_config() {
   return config_named(forced);
 }
 
+// The tile order the heuristic chooses for la.config, or with the band the
+// testing switch forces.
+void order_tiles(const GemmActParams& p, Dtype dtype, LaunchArgs& la) {
+  choose_tile_order(p, dtype, la);
+  if (!testing::active()) return;
+  const int swizzle = testing::overrides().sm90_swizzle;
+  if (swizzle > 0) la.max_swizzle = swizzle;
+}
+
 // Launches on operands TMA can address (checked by the caller).
 bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device,
                 cudaStream_t stream) {
   const GemmActParams& p = args.params;
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
-  choose_launch(p, dtype, layout, la);
+  la.config = choose_config(p, dtype, layout, la.sm_count);
   if (const std::optional<KernelConfig> forced = forced_config()) {
     la.config = *forced;
     TORCH_CHECK_VALUE(config_op(la.config) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
                       config_name(la.config), "' computes ", op_name(config_op(la.config)),
                       ", not gemm_act");
-    choose_tile_order(p, dtype, la);
   }
+  order_tiles(p, dtype, la);
 
   const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return false;
@@ -365,7 +374,7 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   const std::optional<KernelConfig> forced = forced_config();
   if (forced.has_value() && config_op(*forced) == KernelOp::GemmDact) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
-  choose_tile_order(p, *dtype, la);
+  order_tiles(p, *dtype, la);
   at::Tensor sums;
   if (column_sums != nullptr) {
     const TileGeometry tile = tile_geometry(la.config);
@@ -433,7 +442,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   la.config = KernelConfig::cooperative_128x256_c1x2_glu;
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
-  choose_tile_order(p, *dtype, la);
+  order_tiles(p, *dtype, la);
   const LaunchResult result = launch(la.config, *dtype, BLayout::KMajor, activation, la);
   if (result.status == LaunchStatus::kNotImplementable) return std::nullopt;
   TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_glu: the sm90 kernel '",
