@@ -4,6 +4,7 @@
 // the measurements behind each are in docs/DESIGN.md, "sm90 heuristic".
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/sm90/sm90_launch.h"
@@ -26,6 +27,23 @@ inline int64_t tile_waves(const GemmActParams& p, const TileGeometry& g, int sm_
 
 inline int64_t element_bytes(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
 
+// What the H100's L2 (50 MiB) holds of the operands a wave of tiles reads.
+constexpr int64_t kL2Bytes = int64_t(48) << 20;
+
+// A launch long enough to run its whole length at the board's power cap, on
+// operands neither of which the L2 holds: there ping-pong's 128x128 tiles,
+// which read a third more operand bytes per multiply-add than cooperative's
+// 128x256, lost to them at every band (16384x4096x16384 gelu, time /
+// torch.mm: 1.29-1.38 against 1.11-1.12 from bands of 4,
+// bench/results/20261127T162000Z_584ed39_sweep.log); at 2^39 multiply-adds
+// (8192x4096x16384) ping-pong still won.
+constexpr double kMaxPingpongMultiplyAdds = 549755813888.0;  // 2^39
+inline bool long_and_beyond_l2(const GemmActParams& p, Dtype dtype) {
+  return static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) >
+             kMaxPingpongMultiplyAdds &&
+         std::min(p.m, p.n) * p.k * element_bytes(dtype) > kL2Bytes;
+}
+
 // The configuration for the problem in `p` among those compiled for
 // (dtype, layout), given `sm_count` SMs.
 inline KernelConfig choose_config(const GemmActParams& p, Dtype dtype, BLayout layout,
@@ -36,7 +54,7 @@ inline KernelConfig choose_config(const GemmActParams& p, Dtype dtype, BLayout l
   // epilogue (wide N, short K) and where twice the CTAs stream the weight
   // (small M); cooperative has the better mainloop for long K.
   const bool small_m = p.m <= 256;
-  const bool wide_n = p.n >= 8192 && p.k <= 8192;
+  const bool wide_n = p.n >= 8192 && p.k <= 8192 && !long_and_beyond_l2(p, dtype);
   const bool short_k = p.k <= 1024;
   // Small-M tiles exist for fp16/bf16 with a K-major B; TF32 has the
   // 128x128 ping-pong kernel only, where small M with wide N falls under the
@@ -82,22 +100,32 @@ inline void choose_tile_order(const GemmActParams& p, Dtype dtype, LaunchArgs& l
   la.raster = along_m ? Raster::AlongM : Raster::AlongN;
 
   // Grouped rasterisation (swizzle): when the operand that every wave
-  // streams whole (A along M, B along N) is larger than the 50 MiB L2,
-  // bands of 2 clusters keep a wave's share of it in L2; wider bands
-  // measured no better. CUTLASS rounds both tile-grid sides up to a
-  // multiple of band x cluster and runs the extra tiles, so a band that
-  // would add tiles is not used.
+  // streams whole (A along M, B along N) is larger than the 50 MiB L2, the
+  // waves walk in bands of clusters across the other side, and each band
+  // reads the streamed operand once more from memory: so many bytes per
+  // multiply-add as 1 / the band's span in elements. Bands span at least
+  // 512 rows or columns: 2 clusters of 1x2 128x128 tiles along M
+  // (8192x4096x16384, where 2 beat 4 and 8 by 1-4%), 4 of them along N
+  // (16384x4096x16384 cooperative: 1.12 against 1.29 with 2, 8192x4096x8192
+  // ping-pong with Z: 1.07 against 1.16). CUTLASS rounds both tile-grid
+  // sides up to a multiple of band x cluster and runs the extra tiles, so a
+  // band that would add tiles is narrowed (32768x3072, bands of 4: +33%
+  // tiles, 0.51 against 0.39).
   const int64_t tiles_m = ceil_div(p.m, g.tile_m);
   const int64_t tiles_n = ceil_div(p.n, g.tile_n);
   const int64_t streamed_bytes = (along_m ? p.m : p.n) * p.k * element_bytes(dtype);
-  constexpr int64_t kL2Bytes = int64_t(48) << 20;
   la.max_swizzle = 1;
   if (streamed_bytes > kL2Bytes) {
-    constexpr int kBand = 2;
-    const bool no_extra_tiles =
-        ceil_div(tiles_m, g.cluster_m) == ceil_div(tiles_m, kBand * g.cluster_m) * kBand &&
-        ceil_div(tiles_n, g.cluster_n) == ceil_div(tiles_n, kBand * g.cluster_n) * kBand;
-    if (no_extra_tiles) la.max_swizzle = kBand;
+    constexpr int64_t kMinBandSpan = 512;
+    const int64_t cluster_span = along_m ? int64_t(g.tile_n) * g.cluster_n : int64_t(g.tile_m) * g.cluster_m;
+    int band = 2;
+    while (band < 8 && band * cluster_span < kMinBandSpan) band *= 2;
+    const auto adds_tiles = [&](int b) {
+      return ceil_div(tiles_m, g.cluster_m) != ceil_div(tiles_m, b * g.cluster_m) * b ||
+             ceil_div(tiles_n, g.cluster_n) != ceil_div(tiles_n, b * g.cluster_n) * b;
+    };
+    while (band > 1 && adds_tiles(band)) band /= 2;
+    la.max_swizzle = band;
   }
 }
 
