@@ -72,7 +72,7 @@ fi
 if want sweep; then
 step "${SWEEP_FAMILY:-sm90} configurations against each other: SWEEP_CONFIGS='${SWEEP_CONFIGS:-every compiled one}'"
 python3 bench/kernel_sweep.py --family "${SWEEP_FAMILY:-sm90}" ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} \
-  ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
+  ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} ${SWEEP_ROUNDS:+--rounds "$SWEEP_ROUNDS"} \
   --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -22
 fi
 
