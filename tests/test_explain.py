@@ -74,17 +74,26 @@ def _check_rule():
     else:
         assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
     # relu and gelu_tanh without Z: cuBLASLt's own epilogue on every GPU up
-    # to one tile row, at short K and at long K with N <= 4096; elsewhere
-    # the sm90 kernels on Hopper.
+    # to one tile row, at short K, at long K with N <= 4096 and, for relu,
+    # at long K whatever N; elsewhere the sm90 kernels on Hopper.
     a4, w4 = random_operands(1024, 4096, 8192, torch.bfloat16, "cuda")
     bias4 = torch.randn(8192, dtype=torch.bfloat16, device="cuda")
-    wide = [tga.explain(a4, w4.t(), bias4, activation="relu"),
-            tga.explain(a4, w4.t(), bias4, activation="gelu_tanh"),
-            tga.explain(a4[:, :1024], w4[:, :1024].t(), bias4, activation="gelu_tanh")]
+    assert tga.explain(a4, w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
+    wide = [tga.explain(a4, w4.t(), bias4, activation="gelu_tanh"),
+            tga.explain(a4[:, :1024], w4[:, :1024].t(), bias4, activation="relu")]
     if hopper:
         assert all(plan.startswith("sm90: ") for plan in wide), wide
     else:
-        assert wide == [LT + "RELU_BIAS [BFloat16]"] + [LT + "GELU_BIAS [BFloat16]"] * 2, wide
+        assert wide == [LT + "GELU_BIAS [BFloat16]", LT + "RELU_BIAS [BFloat16]"], wide
+    # At K = 4096, an output at least as tall as wide from 8192 columns: the
+    # library on every GPU; one row less, the sm90 kernels on Hopper.
+    a8, w8 = random_operands(8192, 4096, 8192, torch.bfloat16, "cuda")
+    tall = tga.explain(a8, w8.t(), bias4, activation="gelu")
+    assert tall == LT + "BIAS, then the activation pass [BFloat16]", tall
+    if hopper:
+        wider = tga.explain(a8[:8191], w8.t(), bias4, activation="gelu")
+        assert wider.startswith("sm90: "), wider
+    del a8, w8
     short_k = tga.explain(a4[:, :768], w4[:, :768].t(), bias4, activation="gelu_tanh")
     assert short_k == LT + "GELU_BIAS [BFloat16]", short_k
     narrow_n = tga.explain(a4, w4[:4096].t(), bias4[:4096], activation="gelu_tanh")

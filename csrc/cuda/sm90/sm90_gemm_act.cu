@@ -244,20 +244,41 @@ constexpr int64_t kMaxSmallTileM = 128;
 //   on an H200; 32768x768x3072 level);
 // - at long K with N <= 4096 (4096^3 bf16, time / torch.mm: relu 1.022
 //   against 1.056, gelu_tanh 1.007 against 1.077, fp16 relu 1.022 against
-//   1.043).
+//   1.043);
+// - relu at long K whatever N (bf16, relu inference / forward, time /
+//   torch.mm: 8192x4096x16384 1.08 / 1.02 against 1.10 / 1.09,
+//   4096x4096x16384 0.99 / 0.98 against 1.04 / 1.04, 8192x4096x12288
+//   1.06 / 1.02 against 1.08 / 1.10; at 4096x4096x11008 level, 1.00 / 1.06
+//   against 1.03 / 1.02; bench/results/20261127T160651Z_be8e008_wide_n.log).
+//   gelu_tanh there went both ways (4096x4096x11008 1.11 against 1.06).
 // Elsewhere this family is faster (bench/results/20261127T105000Z_dbc3ea2_sweep.log,
-// H100, 5 interleaved rounds: 8192x4096x16384 relu 1.009 against 1.037,
-// gelu_tanh 1.027 against 1.142; 4096x4096x11008 relu 0.949 against 1.052,
-// gelu_tanh 0.953 against 1.106; 16384x1024x4096 gelu_tanh 1.010 against
-// 1.106; 12608x1024x4096 1.077 against 1.161; 2048x4096x11008 fp16 relu
-// 0.991 against 1.024). The library runs them when it can
+// H100, 5 interleaved rounds: gelu_tanh 8192x4096x16384 1.027 against
+// 1.142, 4096x4096x11008 0.953 against 1.106; 16384x1024x4096 gelu_tanh
+// 1.010 against 1.106; 12608x1024x4096 1.077 against 1.161). That sweep
+// read relu the other way at long K (8192x4096x16384 1.009 against 1.037,
+// 4096x4096x11008 0.949 against 1.052), the op bench in every run since
+// as above. The library runs them when it can
 // (library::cublaslt_fuses_activation).
 constexpr int64_t kMaxEpilogueShortK = 768;
 bool library_epilogue_is_faster(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
-  const bool epilogue_shape =
-      p.m <= kMaxSmallTileM || p.k <= kMaxEpilogueShortK || (p.k >= 4096 && p.n <= 4096);
+  const bool epilogue_shape = p.m <= kMaxSmallTileM || p.k <= kMaxEpilogueShortK ||
+                              (p.k >= 4096 && (p.n <= 4096 || p.activation == Activation::ReLU));
   return p.z == nullptr && epilogue_shape && library::cublaslt_fuses_activation(args);
+}
+
+// At long K on outputs at least as tall as they are wide, from 8192
+// columns, the library (cuBLAS's GEMM and eager's pass, or cuBLASLt's
+// epilogue) was faster in every row measured, this family's best tiles and
+// bands included (bf16, time / torch.mm, gelu inference / forward with Z:
+// 8192x4096x8192 1.15 / 1.19 against 1.10 / 1.10, 16384x4096x16384 1.15 /
+// 1.19 against 1.12 / 1.12, bench/results/20261127T160651Z_be8e008_wide_n.log;
+// 16384x4096x11008 silu with Z 1.119 against 1.116, fp16 relu 1.072
+// against 1.013, ..._sweep.log). Wider than tall, this family held its own
+// (8192x4096x16384 gelu 1.11 / 1.14 against 1.16 / 1.13, 4096x4096x11008
+// 1.05 / 1.07 against 1.16 / 1.15).
+bool library_is_faster_tall(const GemmActParams& p) {
+  return p.k >= kMaxDirectK && p.n >= 8192 && p.m >= p.n;
 }
 
 // Below this many multiply-adds the library (cuBLASLt's GEMM, then eager's
@@ -306,7 +327,7 @@ Sm90Case classify(const GemmActArgs& args) {
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
     if ((library_is_eager(p) || p.k > kMaxDirectK || library_epilogue_is_faster(args) ||
-         library_is_faster_small(p) || library_is_faster_few_rows(p)) &&
+         library_is_faster_tall(p) || library_is_faster_small(p) || library_is_faster_few_rows(p)) &&
         !forced_here()) {
       return out;
     }
