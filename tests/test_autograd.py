@@ -255,6 +255,22 @@ def test_bias_gradient_is_deterministic(bias_kind, device):
         assert torch.equal(first, again)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [512, 16384])
+def test_bias_gradient_over_many_rows_matches_float64(dtype, rows, device):
+    """The per-column sum of bias_grad over a few and over many row tiles
+    (on CUDA: one level of partial sums, and two), against float64, twice
+    alike."""
+    grad = torch.randn(rows, 72, device=device, dtype=dtype)
+    bias = torch.empty(72, device=device, dtype=dtype)
+    got = torch.ops.gemm_act.bias_grad(grad, bias)
+    assert torch.equal(got, torch.ops.gemm_act.bias_grad(grad, bias))
+    exact = grad.double().sum(0)
+    scale = grad.double().abs().sum(0)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert ((got.double() - exact).abs() <= tol * scale + 4 * torch.finfo(dtype).eps * exact.abs()).all()
+
+
 def test_k_zero_gradients(device):
     a = torch.randn(3, 0, dtype=torch.float64, device=device, requires_grad=True)
     b = torch.randn(0, 4, dtype=torch.float64, device=device, requires_grad=True)
