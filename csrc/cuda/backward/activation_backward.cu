@@ -136,14 +136,8 @@ void run(const ActivationBackwardArgs& args, cudaStream_t stream) {
         int64_t{sms} * gpu::backward::activation_backward_blocks_per_sm<Element>(p.activation, p.bias_kind, plan.vec);
     const int64_t row_step = rp * unroll;
     const int64_t row_batches = ceil_div(m, row_step);
-    // The partials are memory the step holds beyond eager's, whose sum over
-    // rows stages less: they stay within 1/kPartialShare of gY's bytes
-    // (unbounded, 32 tile rows of double sums made a small fp32 MLP's
-    // training step peak 260 KiB above eager's, 512 x 1024).
-    constexpr int64_t kPartialShare = 32;
-    const int64_t share_rows = m * int64_t{sizeof(Element)} / (kPartialShare * int64_t{sizeof(Acc)});
-    const int64_t tiles_m = clamp64(target / plan.tiles_n, 1,
-                                    std::min({gpu::backward::kMaxColumnPartials, row_batches, share_rows}));
+    const int64_t tiles_m =
+        clamp64(target / plan.tiles_n, 1, std::min(gpu::backward::kMaxColumnPartials, row_batches));
     plan.tiles_m = tiles_m;
     grid = plan.tiles_m * plan.tiles_n;
     if (plan.tiles_m > 1) {
