@@ -66,7 +66,9 @@ class _WithActivation(_Fused):
         whose input no link hands over is F.linear itself, in any mode:
         through the operator Inductor could not fuse its bias gradient (the
         LLM ReLU MLP's compiled training step, its second layers through
-        the operator: 1.003-1.027 x compiled eager)."""
+        the operator: 1.003-1.027 x compiled eager in six runs; as F.linear,
+        compiled eager's graph: 0.971-0.979, where a copy of the eager
+        model read 0.964-0.981, H100)."""
         if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
                                                                   _needs_grad(x, self.weight, self.bias)):
             return False
