@@ -3,6 +3,7 @@
 #include "checks.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <limits>
 #include <sstream>
@@ -243,10 +244,13 @@ void check_chained_input(const at::Tensor& a, const std::optional<at::Tensor>& a
 
 namespace {
 
+// Where the pass writes dZ.
+enum class GradZ { kNew, kOverGradY, kNone };
+
 ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at::Tensor& saved,
                                              const std::optional<at::Tensor>& bias,
                                              std::string_view activation, double negative_slope,
-                                             bool with_grad_z);
+                                             GradZ grad_z);
 
 }  // namespace
 
@@ -255,7 +259,20 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
                                                    const std::optional<at::Tensor>& bias,
                                                    std::string_view activation,
                                                    double negative_slope) {
-  return prepare_backward_pass(grad_y, saved, bias, activation, negative_slope, /*with_grad_z=*/true);
+  return prepare_backward_pass(grad_y, saved, bias, activation, negative_slope, GradZ::kNew);
+}
+
+ActivationBackwardArgs prepare_activation_backward_in_place(const at::Tensor& grad_y,
+                                                            const at::Tensor& saved,
+                                                            const std::optional<at::Tensor>& bias,
+                                                            std::string_view activation,
+                                                            double negative_slope) {
+  // As PyTorch's in-place ops: no element of grad_y written twice, and no
+  // element of saved read after another's dZ overwrote it (saved may be
+  // grad_y itself: each element is read before it is written).
+  at::assert_no_internal_overlap(grad_y);
+  at::assert_no_partial_overlap(grad_y, saved);
+  return prepare_backward_pass(grad_y, saved, bias, activation, negative_slope, GradZ::kOverGradY);
 }
 
 void check_zero_pad(const at::Tensor& src, int64_t rows, int64_t cols) {
@@ -265,8 +282,7 @@ void check_zero_pad(const at::Tensor& src, int64_t rows, int64_t cols) {
 }
 
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias) {
-  return prepare_backward_pass(grad, grad, bias, activation_name(Activation::None), 0.0,
-                               /*with_grad_z=*/false);
+  return prepare_backward_pass(grad, grad, bias, activation_name(Activation::None), 0.0, GradZ::kNone);
 }
 
 namespace {
@@ -274,7 +290,7 @@ namespace {
 ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at::Tensor& saved,
                                              const std::optional<at::Tensor>& bias,
                                              std::string_view activation, double negative_slope,
-                                             bool with_grad_z) {
+                                             GradZ grad_z) {
   const Activation act = parse_activation(activation);
   check_negative_slope(act, negative_slope);
   check_floating(grad_y, "grad_y");
@@ -291,7 +307,10 @@ ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at:
   ActivationBackwardParams& p = args.params;
   args.grad_y = grad_y.contiguous();
   args.saved = saved.contiguous();
-  if (with_grad_z) args.grad_z = at::empty_like(args.grad_y, at::MemoryFormat::Contiguous);
+  // Over grad_y: into grad_y itself where it is contiguous, else into its
+  // contiguous copy (which the operator copies back).
+  if (grad_z == GradZ::kNew) args.grad_z = at::empty_like(args.grad_y, at::MemoryFormat::Contiguous);
+  if (grad_z == GradZ::kOverGradY) args.grad_z = args.grad_y;
   if (bias.has_value()) {
     check_like(*bias, grad_y, "bias", "grad_y");
     p.bias_kind = classify_bias(bias->sizes(), grad_y.sizes());
@@ -299,9 +318,9 @@ ActivationBackwardArgs prepare_backward_pass(const at::Tensor& grad_y, const at:
     args.bias_sizes = bias->sizes().vec();
     p.grad_bias = args.grad_bias.mutable_data_ptr();
   }
-  poison_if_requested(args.grad_z);
+  if (grad_z == GradZ::kNew) poison_if_requested(args.grad_z);
   poison_if_requested(args.grad_bias);
-  p.grad_z = with_grad_z ? args.grad_z.mutable_data_ptr() : nullptr;
+  p.grad_z = grad_z != GradZ::kNone ? args.grad_z.mutable_data_ptr() : nullptr;
   p.grad_y = args.grad_y.const_data_ptr();
   p.saved = args.saved.const_data_ptr();
   p.m = m;

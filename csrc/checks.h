@@ -68,6 +68,14 @@ ActivationBackwardArgs prepare_activation_backward(const at::Tensor& grad_y,
                                                    std::string_view activation,
                                                    double negative_slope);
 
+// Validates activation_backward_'s inputs (and that dZ may overwrite
+// grad_y) and allocates dbias; grad_z is grad_y, or its contiguous copy.
+ActivationBackwardArgs prepare_activation_backward_in_place(const at::Tensor& grad_y,
+                                                            const at::Tensor& saved,
+                                                            const std::optional<at::Tensor>& bias,
+                                                            std::string_view activation,
+                                                            double negative_slope);
+
 // Validates bias_grad's inputs and allocates dbias; no dZ (grad_z undefined,
 // params.grad_z null): the backward pass of the identity, reducing only.
 ActivationBackwardArgs prepare_bias_grad(const at::Tensor& grad, const at::Tensor& bias);
@@ -139,6 +147,19 @@ std::tuple<at::Tensor, at::Tensor> activation_backward_impl(const at::Tensor& gr
       prepare_activation_backward(grad_y, saved, bias, activation, negative_slope);
   Run(args);
   return activation_backward_outputs(args);
+}
+
+// The activation_backward_ operator (dZ over grad_y; returns dbias) of a
+// backend whose kernel is `Run`.
+template <void (*Run)(const ActivationBackwardArgs&)>
+at::Tensor activation_backward_in_place_impl(const at::Tensor& grad_y, const at::Tensor& saved,
+                                             const std::optional<at::Tensor>& bias,
+                                             c10::string_view activation, double negative_slope) {
+  const ActivationBackwardArgs args =
+      prepare_activation_backward_in_place(grad_y, saved, bias, activation, negative_slope);
+  Run(args);
+  if (!args.grad_z.is_same(grad_y)) grad_y.copy_(args.grad_z);
+  return std::get<1>(activation_backward_outputs(args));
 }
 
 // The bias_grad operator of a backend whose kernel is `Run` (given the

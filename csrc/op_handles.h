@@ -21,6 +21,9 @@ using GemmActChainedSignature = std::tuple<at::Tensor, at::Tensor>(
     const std::optional<at::Tensor>&, c10::string_view, double, double, double, bool, bool);
 using ActivationBackwardSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view, double);
+using ActivationBackwardInPlaceSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
+                                                      const std::optional<at::Tensor>&,
+                                                      c10::string_view, double);
 using BiasGradSignature = at::Tensor(const at::Tensor&, const at::Tensor&);
 using ZeroPadSignature = at::Tensor(const at::Tensor&, int64_t, int64_t);
 using GluSignature = at::Tensor(const at::Tensor&, c10::string_view, double);
@@ -48,6 +51,10 @@ inline const c10::TypedOperatorHandle<GemmActChainedSignature>& gemm_act_chained
 }
 inline const c10::TypedOperatorHandle<ActivationBackwardSignature>& activation_backward() {
   static const auto h = find<ActivationBackwardSignature>("gemm_act::activation_backward");
+  return h;
+}
+inline const c10::TypedOperatorHandle<ActivationBackwardInPlaceSignature>& activation_backward_() {
+  static const auto h = find<ActivationBackwardInPlaceSignature>("gemm_act::activation_backward_");
   return h;
 }
 inline const c10::TypedOperatorHandle<BiasGradSignature>& bias_grad() {

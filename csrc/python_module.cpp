@@ -237,7 +237,7 @@ PyMethodDef kMethods[] = {
      "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel, sm90_swizzle); "
      "see torch_gemm_act.testing"},
     {"testing_overrides", testing_overrides, METH_NOARGS,
-     "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel)"},
+     "(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel, sm90_swizzle)"},
     {"gemm_act", gemm_act_call, METH_VARARGS,
      "gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact[, b_is_weight]) -> (Y, Z)"},
     {"gemm_act_chained", gemm_act_chained_call, METH_VARARGS,

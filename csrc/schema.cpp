@@ -16,6 +16,12 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def(
       "activation_backward(Tensor grad_y, Tensor saved, Tensor? bias, str activation, "
       "float negative_slope) -> (Tensor, Tensor)");
+  // activation_backward with dZ written over grad_y; returns dbias (empty
+  // when bias is None). The backward runs it on a gY it holds the only
+  // reference to, so that dZ takes no memory of its own.
+  m.def(
+      "activation_backward_(Tensor(a!) grad_y, Tensor saved, Tensor? bias, str activation, "
+      "float negative_slope) -> Tensor");
   // grad summed to bias's shape (bias broadcasts against grad as against
   // gemm_act's output): a bias's gradient where dZ needs no pass.
   m.def("bias_grad(Tensor grad, Tensor bias) -> Tensor");

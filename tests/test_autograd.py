@@ -116,7 +116,8 @@ def test_backward_does_no_work_for_unused_preact(activation, device):
     y = tga.linear_act(x, w, bias, activation)
     with _CountOps() as ops:
         torch.autograd.grad(y, (x, w, bias), torch.randn_like(y))
-    assert ops.names.count("activation_backward.default") == 1, ops.names
+    passes = [n for n in ops.names if n in ("activation_backward.default", "activation_backward_.default")]
+    assert len(passes) == 1, ops.names
     assert not [n for n in ops.names if n.startswith(("zeros", "fill", "add"))], ops.names
 
 

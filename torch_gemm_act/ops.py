@@ -34,6 +34,12 @@ def _activation_backward_fake(grad_y, saved, bias, activation, negative_slope):
     return torch.empty_like(grad_y, memory_format=torch.contiguous_format), grad_bias
 
 
+@torch.library.register_fake("gemm_act::activation_backward_")
+def _activation_backward_in_place_fake(grad_y, saved, bias, activation, negative_slope):
+    torch._check(saved.shape == grad_y.shape, lambda: "gemm_act: saved must have grad_y's shape")
+    return grad_y.new_empty(bias.shape) if bias is not None else grad_y.new_empty(0)
+
+
 @torch.library.register_fake("gemm_act::zero_pad")
 def _zero_pad_fake(src, rows, cols):
     torch._check(src.dim() == 2 and src.shape[0] <= rows and src.shape[1] <= cols,

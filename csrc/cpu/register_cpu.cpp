@@ -33,6 +33,8 @@ std::string plan_cpu(const GemmActArgs& args) {
 TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cpu>);
   m.impl("activation_backward", &gemm_act::activation_backward_impl<gemm_act::activation_backward_cpu>);
+  m.impl("activation_backward_",
+         &gemm_act::activation_backward_in_place_impl<gemm_act::activation_backward_cpu>);
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::bias_grad_cpu>);
   m.impl("zero_pad", &gemm_act::zero_pad_impl<gemm_act::zero_pad_cpu>);
   m.impl("gemm_dact",

@@ -237,6 +237,8 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("gemm_act", &gemm_act::gemm_act_impl<gemm_act::gemm_act_cuda>);
   m.impl("activation_backward",
          &gemm_act::activation_backward_impl<gemm_act::activation_backward_checked>);
+  m.impl("activation_backward_",
+         &gemm_act::activation_backward_in_place_impl<gemm_act::activation_backward_checked>);
   m.impl("bias_grad", &gemm_act::bias_grad_impl<gemm_act::activation_backward_checked>);
   m.impl("zero_pad", &gemm_act::zero_pad_impl<gemm_act::zero_pad_cuda>);
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);

@@ -36,15 +36,17 @@ constexpr int min_blocks_per_sm() {
 }
 
 // kWidth consecutive elements at p: one 16-byte access when kWidth > 1 (p is
-// then 16-byte aligned), a plain one otherwise. Inputs go through the
-// read-only (non-coherent) path: nothing writes them during the kernel.
-template <class Element, int kWidth>
+// then 16-byte aligned), a plain one otherwise. kReadOnly: through the
+// non-coherent path, for what nothing writes during the kernel (saved; not
+// grad_y, which dZ overwrites where the pass runs in place).
+template <class Element, int kWidth, bool kReadOnly>
 __device__ __forceinline__ void load_chunk(const Element* p, Element (&v)[kWidth]) {
   if constexpr (kWidth == 1) {
-    v[0] = Numeric<Element>::load(p);
+    v[0] = kReadOnly ? Numeric<Element>::load(p) : *p;
   } else {
     static_assert(kWidth * sizeof(Element) == 16, "a vector chunk is 16 bytes");
-    const uint4 bits = __ldg(reinterpret_cast<const uint4*>(p));
+    const auto* vp = reinterpret_cast<const uint4*>(p);
+    const uint4 bits = kReadOnly ? __ldg(vp) : *vp;
     AlignedArray<Element, kWidth> a;
     std::memcpy(&a, &bits, sizeof(bits));
 #pragma unroll
@@ -102,9 +104,8 @@ __device__ __forceinline__ typename Numeric<Element>::Compute dz_of(
 // chunk `first` (no branch around the loads) and are dropped. Each kept
 // element's dZ also goes to add(j, dz), j its index in the chunk, in i order.
 template <class Element, Activation kAct, int kW, int kU, class Add>
-__device__ __forceinline__ void dz_chunks(const Element* __restrict__ grad_y,
-                                          const Element* __restrict__ saved,
-                                          Element* __restrict__ grad_z, int64_t first,
+__device__ __forceinline__ void dz_chunks(const Element* grad_y, const Element* __restrict__ saved,
+                                          Element* grad_z, int64_t first,
                                           int64_t stride, int64_t end, int64_t base, int64_t scale,
                                           typename Numeric<Element>::Compute slope, Add add) {
   Element g[kU][kW], s[kU][kW];
@@ -112,8 +113,8 @@ __device__ __forceinline__ void dz_chunks(const Element* __restrict__ grad_y,
   for (int u = 0; u < kU; ++u) {
     const int64_t i = first + u * stride;
     const int64_t offset = base + (i < end ? i : first) * scale;
-    load_chunk<Element, kW>(grad_y + offset, g[u]);
-    load_chunk<Element, kW>(saved + offset, s[u]);
+    load_chunk<Element, kW, false>(grad_y + offset, g[u]);
+    load_chunk<Element, kW, true>(saved + offset, s[u]);
   }
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
@@ -255,9 +256,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   // so that the grid sweeps down the matrix together.
   const int64_t row_stride = p.tiles_m * rp;
   const typename Num::Compute slope = static_cast<typename Num::Compute>(p.negative_slope);
-  const Element* __restrict__ grad_y = static_cast<const Element*>(p.grad_y);
+  const Element* grad_y = static_cast<const Element*>(p.grad_y);  // may be grad_z (in place)
   const Element* __restrict__ saved = static_cast<const Element*>(p.saved);
-  Element* __restrict__ grad_z = static_cast<Element*>(p.grad_z);
+  Element* grad_z = static_cast<Element*>(p.grad_z);
   Element* __restrict__ grad_bias = static_cast<Element*>(p.grad_bias);
   Acc* __restrict__ partials = static_cast<Acc*>(p.partials);
 
@@ -351,9 +352,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
   // so that the grid sweeps along the rows together.
   const int64_t chunk_stride = p.tiles_n * tc;
   const typename Num::Compute slope = static_cast<typename Num::Compute>(p.negative_slope);
-  const Element* __restrict__ grad_y = static_cast<const Element*>(p.grad_y);
+  const Element* grad_y = static_cast<const Element*>(p.grad_y);  // may be grad_z (in place)
   const Element* __restrict__ saved = static_cast<const Element*>(p.saved);
-  Element* __restrict__ grad_z = static_cast<Element*>(p.grad_z);
+  Element* grad_z = static_cast<Element*>(p.grad_z);
   Element* __restrict__ grad_bias = static_cast<Element*>(p.grad_bias);
   Acc* __restrict__ partials = static_cast<Acc*>(p.partials);
 
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<Element>()) dact_b
     if constexpr (kW > 1) {
       if (split == 0 && tx == 0) {  // no-op unless cols % kW != 0
         for (int64_t i = base + full_chunks * kW; i < base + cols; ++i) {
-          const auto dz = dz_of<Element, kAct>(Num::load(grad_y + i), Num::load(saved + i), slope);
+          const auto dz = dz_of<Element, kAct>(grad_y[i], Num::load(saved + i), slope);
           acc += dz;
           if (grad_z != nullptr) grad_z[i] = Num::from_compute(dz);
         }
