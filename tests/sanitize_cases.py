@@ -102,6 +102,10 @@ def run_cases(only_bf16_weight_t, small):
                 for bias_shape in ((n,), (m, 1), ()):  # bias_grad: the reduction without dZ
                     torch.ops.gemm_act.bias_grad(saved, torch.empty(bias_shape, device=dev, dtype=dtype))
                     count += 1
+                for bias_shape in (None, (n,), (m, 1), ()):  # the backward pass in place over gY
+                    bias = None if bias_shape is None else torch.empty(bias_shape, device=dev, dtype=dtype)
+                    torch.ops.gemm_act.activation_backward_(torch.randn_like(saved), saved, bias, "gelu", 0.01)
+                    count += 1
     # gemm_glu's fused kernels (each family forced: below 256 rows the rule
     # sends it to the composite, and the sm80 family runs only forced), with
     # and without H, with and without biases: ragged M and N (a multiple of
