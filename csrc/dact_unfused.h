@@ -7,7 +7,9 @@
 
 #include <ATen/ATen.h>
 
+#include "activations.h"
 #include "backend_args.h"
+#include "checks.h"
 #include "gemm_act.h"
 
 namespace gemm_act {
@@ -18,18 +20,8 @@ at::Tensor gemm_dact_unfused(const GemmActArgs& args, bool /*column_sums*/) {
   at::mm_out(const_cast<at::Tensor&>(args.y), args.a, args.b);
   if (p.alpha != 1.0) args.y.mul_(p.alpha);
   if (p.activation == Activation::None) return at::Tensor();
-  ActivationBackwardArgs pass;
-  pass.grad_y = args.y;
-  pass.saved = args.c.contiguous();
-  pass.grad_z = args.y;
-  pass.params.grad_z = args.y.mutable_data_ptr();
-  pass.params.grad_y = args.y.const_data_ptr();
-  pass.params.saved = pass.saved.const_data_ptr();
-  pass.params.m = p.m;
-  pass.params.n = p.n;
-  pass.params.negative_slope = p.negative_slope;
-  pass.params.activation = p.activation;
-  pass.params.bias_kind = BiasKind::None;
+  const ActivationBackwardArgs pass = prepare_activation_backward_in_place(
+      args.y, args.c, std::nullopt, activation_name(p.activation), p.negative_slope);
   Pass(pass);
   return at::Tensor();
 }
