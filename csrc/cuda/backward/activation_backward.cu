@@ -128,16 +128,26 @@ void run(const ActivationBackwardArgs& args, cudaStream_t stream) {
     const int64_t width = plan.vec ? kVecWidth : 1;
     const int64_t unroll = plan.vec ? ChunkShape<Element, true>::kUnroll : ChunkShape<Element, false>::kUnroll;
     plan.chunks = n / width;  // exact: n % width == 0
-    plan.tc_log2 = pick_tc_log2(plan.chunks, m);
-    const int64_t tc = int64_t{1} << plan.tc_log2;
-    const int64_t rp = kThreads / tc;
-    plan.tiles_n = ceil_div(plan.chunks, tc);
     const int64_t target =
         int64_t{sms} * gpu::backward::activation_backward_blocks_per_sm<Element>(p.activation, p.bias_kind, plan.vec);
-    const int64_t row_step = rp * unroll;
-    const int64_t row_batches = ceil_div(m, row_step);
-    const int64_t tiles_m =
-        clamp64(target / plan.tiles_n, 1, std::min(gpu::backward::kMaxColumnPartials, row_batches));
+    // Row tiles: enough for a wave of `target` blocks, each with rows to do.
+    const auto row_tiles = [&](int tc_log2) {
+      const int64_t tiles_n = ceil_div(plan.chunks, int64_t{1} << tc_log2);
+      const int64_t row_batches = ceil_div(m, (kThreads >> tc_log2) * unroll);
+      return clamp64(target / tiles_n, 1, std::min(gpu::backward::kMaxColumnPartials, row_batches));
+    };
+    // Column tiles narrowed while they would have more than kPartialGroup
+    // row tiles each: then the partials take one level of the last-block
+    // handshake, not two, and the last block has kThreads / (tc * width)
+    // threads a column to add them with. Never below 64 bytes of a row (two
+    // full 32-byte sectors a row read). 8192 x 768 bf16 (a GPT-2 MLP's
+    // second bias) had 176 row tiles on 3 column tiles, two levels.
+    plan.tc_log2 = pick_tc_log2(plan.chunks, m);
+    int min_tc_log2 = 0;
+    while ((width * int64_t{sizeof(Element)} << min_tc_log2) < 64) ++min_tc_log2;
+    while (plan.tc_log2 > min_tc_log2 && row_tiles(plan.tc_log2) > gpu::backward::kPartialGroup) --plan.tc_log2;
+    plan.tiles_n = ceil_div(plan.chunks, int64_t{1} << plan.tc_log2);
+    const int64_t tiles_m = row_tiles(plan.tc_log2);
     plan.tiles_m = tiles_m;
     grid = plan.tiles_m * plan.tiles_n;
     if (plan.tiles_m > 1) {

@@ -1,6 +1,6 @@
 // The last step of gemm_dact's bias gradient on sm90: the dact epilogue
 // leaves each tile's column sums of dA (fp32 partials, one row per tile
-// along M); one small kernel adds them up in row order (deterministic) and
+// along M); one small kernel adds them up in a fixed order (deterministic) and
 // writes the bias gradient in dA's dtype: one launch where ATen's narrow,
 // sum and cast took two and their host time, which a fused GPT-2 MLP's
 // training step pays (bound by the host on some machines: GPU busy 4.6 of
