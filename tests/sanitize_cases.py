@@ -106,6 +106,17 @@ def run_cases(only_bf16_weight_t, small):
                     bias = None if bias_shape is None else torch.empty(bias_shape, device=dev, dtype=dtype)
                     torch.ops.gemm_act.activation_backward_(torch.randn_like(saved), saved, bias, "gelu", 0.01)
                     count += 1
+    # Many rows: gemm_dact's column sums over more row tiles than the summing
+    # kernel's loads in flight (65 against 64), and bias_grad's column tiles
+    # narrowed to one level of partials (4096 x 768).
+    for dtype in (torch.bfloat16, torch.float16):
+        grad = torch.randn(8320, 72, device=dev, dtype=dtype)
+        w = torch.randn(72, 136, device=dev, dtype=dtype)
+        saved = torch.randn(8320, 136, device=dev, dtype=dtype)
+        torch.ops.gemm_act.gemm_dact(grad, w, saved, torch.randn(136, device=dev, dtype=dtype), "gelu", 1.0, 0.01)
+        torch.ops.gemm_act.bias_grad(torch.randn(4096, 768, device=dev, dtype=dtype),
+                                     torch.empty(768, device=dev, dtype=dtype))
+        count += 2
     # gemm_glu's fused kernels (each family forced: below 256 rows the rule
     # sends it to the composite, and the sm80 family runs only forced), with
     # and without H, with and without biases: ragged M and N (a multiple of
