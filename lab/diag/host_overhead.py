@@ -3,6 +3,7 @@ the host to be the bottleneck: what the dispatcher, the checks, autograd and
 the launch path cost, and (--profile) which calls the time goes to.
 
     python lab/diag/host_overhead.py [--size 1000] [--calls 2000] [--profile [NAME ...]]
+                                     [--engine-threads]
 
 Prints the median over 7 repetitions of the wall time per call (the GPU
 synchronised once per repetition) for inference and forward + backward, for
@@ -10,6 +11,9 @@ eager F.linear + gelu, linear_act under the dispatch rule and with each
 CUDA backend forced, and for the pieces a call is made of. --profile adds
 torch.profiler's table of host time per operator and CUDA API call for the
 named contenders' forward + backward (default: eager and linear_act).
+--engine-threads adds each contender's forward alone (with grad) and its
+forward + backward with the autograd engine's device threads off (the
+backward then runs on the calling thread: no hand-over between threads).
 """
 
 import argparse
@@ -55,6 +59,8 @@ def main():
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--profile", nargs="*", default=None, metavar="NAME",
                    help="contenders to profile (none named: eager and linear_act)")
+    p.add_argument("--engine-threads", action="store_true",
+                   help="also time the forward alone and the backward on the calling thread")
     args = p.parse_args()
     n = args.size
     dt = torch.bfloat16
@@ -107,6 +113,21 @@ def main():
             y = f(*ins)
             return torch.autograd.grad(y, ins, gy)
         print(f"{name:28s} {per_call_us(inference, args.calls):10.1f} {per_call_us(train, args.calls // 4):10.1f}")
+    if args.engine_threads:
+        print(f"\n{'contender':28s} {'fwd (grad)':>10s} {'fwd+bwd':>10s} {'1 thread':>10s}")
+        for name in ("eager", "linear_act"):
+            f = contenders[name]
+
+            def forward(f=f):
+                return f(*ins)
+
+            def train(f=f):
+                return torch.autograd.grad(f(*ins), ins, gy)
+
+            threaded = per_call_us(train, args.calls // 4)
+            with torch.autograd.set_multithreading_enabled(False):
+                single = per_call_us(train, args.calls // 4)
+            print(f"{name:28s} {per_call_us(forward, args.calls):10.1f} {threaded:10.1f} {single:10.1f}")
     print()
     with torch.no_grad():
         for name, f in pieces.items():
