@@ -264,6 +264,76 @@ def round_order(order, r):
     return turned[::-1] if r % 2 else turned
 
 
+def time_in_turns(fns, args, device, seed=0):
+    """name -> (median ms per call, interquartile range / median): the
+    contenders take turns call by call, in a fresh random order each turn,
+    the L2 cache flushed before each call and every call timed by its own
+    pair of CUDA events, for about args.rounds * args.rep ms each after
+    args.warmup ms each of warm-up in turns.
+
+    Why turns of one call rather than do_bench's runs of ~100 ms one
+    contender after another: on the lent hosts a model step's time drifts
+    in episodes of about that length (a host-bound step by up to 1.6x, a
+    GPU-bound one by ~10 % at the power cap), and a run falls in or out of
+    them whole. Timed so, the eager model and its identical copy read
+    0.85-1.04 of each other over 3 rounds; in turns of one call each
+    episode costs all contenders alike (lab/diag/control_spread.py)."""
+    import random
+
+    import torch
+
+    names = list(fns)
+    if device == "cpu":  # --cpu-dry-run only: checks the plumbing
+        times = {n: [] for n in names}
+        for _ in range(3):
+            for n in names:
+                t0 = time.perf_counter()
+                fns[n]()
+                times[n].append((time.perf_counter() - t0) * 1e3)
+        return {n: (statistics.median(t), 0.0) for n, t in times.items()}
+
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    for n in names:
+        fns[n]()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        for n in names:
+            cache.zero_()
+            fns[n]()
+    end.record()
+    torch.cuda.synchronize()
+    per_call = max(start.elapsed_time(end) / (3 * len(names)), 1e-3)
+    warmup = max(1, int(args.warmup / per_call))
+    calls = max(4, int(args.rounds * args.rep / per_call))
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+    events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(calls)] for n in names}
+    rng = random.Random(seed)
+    turn = list(names)
+    for i in range(calls):
+        rng.shuffle(turn)
+        for n in turn:
+            cache.zero_()
+            s, e = events[n][i]
+            s.record()
+            fns[n]()
+            e.record()
+    torch.cuda.synchronize()
+    out = {}
+    for n in names:
+        q1, q2, q3 = statistics.quantiles([s.elapsed_time(e) for s, e in events[n]], n=4)
+        out[n] = (q2, (q3 - q1) / q2)
+    return out
+
+
+TURNS_DESC = ("median of each contender's calls, timed call by call by CUDA events with the L2 cache flushed "
+              "before each, the contenders taking turns in a fresh random order each turn (time_in_turns)")
+
+
 def make_timer(args, device):
     if device == "cpu":  # --cpu-dry-run only: checks the plumbing, numbers mean little
         def cpu_time(fn):

@@ -7,9 +7,9 @@ fused with torch_gemm_act.fuse_linear_act, side by side in one run.
 
 For each case, mode (inference: a no_grad forward; training: forward and
 backward with a fixed random output gradient) and compilation (eager mode,
-torch.compile), it times the eager and the fused model with
-triton.testing.do_bench (median; they take turns over --rounds rounds) and,
-compiled, a third: the eager model compiled unchanged with
+torch.compile), it times the eager and the fused model (bench.time_in_turns:
+the median of each one's calls, taken in turns call by call) and, compiled,
+a third: the eager model compiled unchanged with
 torch_gemm_act.enable_compile_fusion() on (`compile_fusion`),
 records the peak memory of one step of each, and checks the fused outputs
 (and in training the input gradient) against eager's. Writes
@@ -23,7 +23,6 @@ import copy
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -221,7 +220,7 @@ def peak_bytes(fn, device):
 def measure(case, mode, compiled, ctx):
     import torch
 
-    args, device, timer = ctx["args"], ctx["device"], ctx["timer"]
+    args, device = ctx["args"], ctx["device"]
     eager, fused, x, gy = build(case, device, args.cpu_dry_run)
     models = contenders(eager, fused, compiled, args.control)
     fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
@@ -252,12 +251,9 @@ def measure(case, mode, compiled, ctx):
     del outs
     for name, fn in fns.items():
         row["peak_bytes"][name] = peak_bytes(fn, device)
-    rounds = {name: [] for name in fns}
-    order = list(fns)
-    for r in range(args.rounds):
-        for name in bench.round_order(order, r):
-            rounds[name].append(timer(fns[name]))
-    row["ms"] = {name: statistics.median(v) for name, v in rounds.items()}
+    timed = bench.time_in_turns(fns, args, device)
+    row["ms"] = {name: ms for name, (ms, _) in timed.items()}
+    row["iqr_rel"] = {name: round(iqr, 4) for name, (_, iqr) in timed.items()}
     return row
 
 
@@ -309,11 +305,12 @@ def parse_args(argv):
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     p.add_argument("--no-compile", action="store_true", help="eager mode only")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="each contender is timed for about rounds x rep ms, in turns with the others")
     p.add_argument("--control", action="store_true",
                    help="also time a copy of the eager model (ms.eager_copy): the spread between identical steps")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time per round, ms")
+    p.add_argument("--warmup", type=int, default=25, help="warm-up per contender, ms")
+    p.add_argument("--rep", type=int, default=100, help="see --rounds")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="for testing this script only: tiny models on the CPU, eager mode only")
     p.add_argument("--dry-run-compile", action="store_true",
@@ -332,10 +329,9 @@ def main(argv=None):
     else:
         print("no CUDA GPU: nothing to measure (--cpu-dry-run checks the script)")
         return 0
-    timer, timer_desc = bench.make_timer(args, device)
     commit, csrc_tree, ids_from, dirty = bench.source_ids()
     host_us = {"before": bench.host_launch_us(device)}
-    ctx = {"args": args, "device": device, "timer": timer}
+    ctx = {"args": args, "device": device}
     rows = []
     t0 = time.perf_counter()
     for case in args.cases:
@@ -350,7 +346,7 @@ def main(argv=None):
     base = os.path.join(args.out, f"{stamp}_{commit[:7]}_models")
     results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                "torch": torch.__version__, "commit": commit, "csrc_tree": csrc_tree,
-               "ids_from": ids_from, "dirty": dirty, "timer": timer_desc,
+               "ids_from": ids_from, "dirty": dirty, "timer": f"{bench.TURNS_DESC}, about {args.rounds} x {args.rep} ms each",
                "host_launch_us": host_us, "wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
     with open(base + ".json", "w") as f:
         json.dump(results, f, indent=1)

@@ -1,7 +1,8 @@
 """Why two identical contenders of bench/models.py read apart: the eager
-model and its copy (--control) timed in turns over many rounds, each
-round's times printed, with the GPU time per step and the kernels of each
-from the profiler, and Dynamo's compile counters at each first call.
+model and its copy (--control) timed in turns over many rounds of do_bench,
+each round's times printed, then by bench.time_in_turns (turns of one call),
+with the GPU time per step and the kernels of each from the profiler, and
+Dynamo's compile counters at each first call.
 
     python lab/diag/control_spread.py --case vit_l_mlp --mode training --compiled [--rounds 8]
         [--copy-first] [--with-fused]
@@ -33,6 +34,7 @@ def main():
     p.add_argument("--warmup", type=int, default=25)
     p.add_argument("--rep", type=int, default=100)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--turns", type=int, default=2, help="times to run bench.time_in_turns after the rounds")
     args = p.parse_args()
     timer, how = bench.make_timer(args, "cuda")
     eager, fused, x, gy = models.build(args.case, "cuda", False)
@@ -66,6 +68,11 @@ def main():
         med = statistics.median(times[name])
         print(f"{name:12s} median {med:.3f} ms ({med / base:.3f} x eager), "
               f"min {min(times[name]):.3f}, max {max(times[name]):.3f}")
+    for seed in range(args.turns):
+        timed = bench.time_in_turns(fns, args, "cuda", seed=seed)
+        print(f"in turns call by call ({args.rounds} x {args.rep} ms each), seed {seed}: " + ", ".join(
+            f"{n} {ms:.3f} ({ms / timed['eager'][0]:.3f} x eager, IQR {iqr:.1%})" for n, (ms, iqr) in timed.items()),
+            flush=True)
     kernels = {}
     for name in order:
         _, counts, us = profile(fns[name], args.steps)
