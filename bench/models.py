@@ -137,12 +137,15 @@ def step_fn(model, x, gy, mode):
     return run
 
 
-def own_frame(model):
-    """`model` under a forward of its own. Dynamo keeps compilations per code
-    object and, parameters being graph inputs, guards on the modules' types
-    rather than on their identity: a copy of the eager model compiled under
-    Sequential.forward would reuse the eager model's compilation, made
-    without the fusion pass."""
+def own_frame(model, name):
+    """`model` under a forward whose code object is its own (named for the
+    contender). Dynamo keeps compilations per code object and, parameters
+    being graph inputs, guards on the modules' types rather than on their
+    identity: compiled under one Sequential.forward, all contenders' graphs
+    would share one cache, each call checking the others' guards before its
+    own; a copy of the eager model would reuse the eager model's
+    compilation, and compile fusion's too, made without the pass. A user's
+    model has its compilations to itself."""
     from torch import nn
 
     class OwnFrame(nn.Module):
@@ -152,6 +155,7 @@ def own_frame(model):
 
         def forward(self, x):
             return self.inner(x)
+    OwnFrame.forward.__code__ = OwnFrame.forward.__code__.replace(co_name=f"forward_{name}")
     return OwnFrame(model)
 
 
@@ -178,8 +182,8 @@ def contenders(eager, fused, compiled, control=False):
         return models
     bench.compile_in_process()
     torch.compiler.reset()
-    models = {name: torch.compile(m) for name, m in models.items()}
-    models["compile_fusion"] = torch.compile(own_frame(copy.deepcopy(eager)))
+    models["compile_fusion"] = copy.deepcopy(eager)
+    return {name: torch.compile(own_frame(m, name)) for name, m in models.items()}
     return models
 
 

@@ -4,6 +4,7 @@ import zlib
 import pytest
 import torch
 
+import torch_gemm_act.modules
 import torch_gemm_act.testing
 
 HAS_CUDA = torch.cuda.is_available()
@@ -18,6 +19,22 @@ def _poison_outputs():
     # element a kernel forgets to write fails the comparison.
     with torch_gemm_act.testing.override(poison_outputs=True):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _fused_modules_at_any_size(request, monkeypatch):
+    # In eager mode a fused module runs ATen's ops where its layer is
+    # host-bound (modules._WithActivation._runs_unfused). The tests check
+    # the fused operator through the modules at small sizes, so there it
+    # runs at any size, except in tests marked host_bound_policy, which
+    # check the rule itself.
+    if request.node.get_closest_marker("host_bound_policy") is None:
+        monkeypatch.setattr(torch_gemm_act.modules, "host_bound", lambda x, n: False)
+    yield
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "host_bound_policy: the fused modules' host-bound rule as it ships")
 
 
 @pytest.fixture(params=DEVICES)

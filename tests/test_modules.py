@@ -189,15 +189,30 @@ def test_small_model_inference_peaks_no_higher_than_eager_cuda(activation):
 
 
 @requires_cuda
+@pytest.mark.host_bound_policy
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_layers_of_any_size_run_the_fused_operator_cuda(dtype):
-    """In eager mode a fused layer runs the fused operator however small it
-    is (host-bound ones included: through the operator they cost the host
-    no more than F.linear and the activation, and the GPU less), and
-    computes what those do."""
-    fused = tga.LinearAct(256, 1024, activation="gelu", device="cuda", dtype=dtype)
-    for rows in (1, 64, 512, 4096):
-        x = torch.randn(rows, 256, device="cuda", dtype=dtype, requires_grad=True)
+@pytest.mark.parametrize("module", ["linear", "conv1d"])
+def test_host_bound_layers_run_atens_ops_cuda(dtype, module):
+    """In eager mode a fused layer below functional.HOST_BOUND_MULTIPLY_ADDS
+    runs the ops of the modules it replaced (F.linear or Conv1D's addmm,
+    then the activation), whose host time is theirs; a larger one runs the
+    fused operator. Both compute what those modules do, in training too."""
+    k, n = 256, 1024
+    fused = (tga.LinearAct(k, n, activation="gelu", device="cuda", dtype=dtype) if module == "linear"
+             else tga.Conv1DAct(n, k, activation="gelu", device="cuda", dtype=dtype))
+    params64 = [p.detach().double().requires_grad_() for p in (fused.weight, fused.bias)]
+    weight64 = params64[0] if module == "linear" else params64[0].t()
+    boundary = tga.functional.HOST_BOUND_MULTIPLY_ADDS // (k * n)
+    for rows in (1, 64, boundary - 1, boundary, boundary + 64):
+        x = torch.randn(rows, k, device="cuda", dtype=dtype, requires_grad=True)
         y = fused(x)
-        assert "GemmAct" in y.grad_fn.name(), (rows, y.grad_fn.name())
-        assert_close(y, nn.functional.gelu(nn.functional.linear(x, fused.weight, fused.bias)), dtype)
+        unfused = rows * k * n < tga.functional.HOST_BOUND_MULTIPLY_ADDS
+        assert ("GemmAct" not in y.grad_fn.name()) == unfused, (rows, y.grad_fn.name())
+        x64 = x.detach().double().requires_grad_()
+        y64 = nn.functional.gelu(nn.functional.linear(x64, weight64, params64[1]))
+        assert_close(y, y64, dtype)
+        gy = torch.randn_like(y)
+        got = torch.autograd.grad(y, (x, fused.weight, fused.bias), gy)
+        want = torch.autograd.grad(y64, [x64] + params64, gy.double())
+        for g, w in zip(got, want):
+            assert_close(g, w, dtype)

@@ -96,13 +96,12 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # its GEMM takes a few microseconds (bf16; tens in exact fp32), less than
 # the host spends on the call. There a chain (chain.chain_pays) publishes no
 # Z: the chained operator's extra arguments would add to host time what it
-# saves the GPU. A fused layer itself runs the fused operator at any size:
-# through it a host-bound step costs the host no more than through
-# F.linear and the activation, and the GPU less (the small fp32 MLP, 512 x
-# 256 x 1024 relu, H100, contenders in turns: inference host 0.763 / 0.775
-# ms against eager's 0.798 / 0.915 in two runs; training 3.236 / 3.681
-# against 3.371 / 3.324, within those hosts' spread; GPU 0.745 against
-# 0.833; lab/diag/step_host_time.py).
+# saves the GPU. A fused module there runs ATen's ops, the replaced
+# modules' own (modules._WithActivation._runs_unfused): through the
+# operator the small fp32 MLP (512 x 256 x 1024 relu, H100) took 1.071 x
+# eager's training step and 1.012 x its inference, timed in turns call by
+# call, where a copy of the eager model read 0.999. The functional API
+# runs the operator at any size: a caller who calls it asks for it.
 HOST_BOUND_MULTIPLY_ADDS = 1 << 30
 
 

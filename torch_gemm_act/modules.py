@@ -9,7 +9,7 @@ from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_act
                           twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
-                         gated_linear_act, gemm_act)
+                         gated_linear_act, gemm_act, host_bound)
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -55,22 +55,37 @@ class _WithActivation(_Fused):
     _chain_in = None   # ChainLink from the layer whose output this one takes
     _chain_out = None  # ChainLink to the layer that takes this one's output
 
-    def _compiles_unfused(self, x):
-        """Whether, under torch.compile, this call is traced as the unfused
-        layer (ATen's ops, which Inductor fuses itself): where the operator
-        would take eager's formula anyway (functional._compiles_as_eager).
-        Through the chain and the operator's Python, each compiled call had
-        cost about 2 us more host time per fused block (guards, and
-        chain-link writes replayed after the graph). A chain's second layer
-        still takes what the first published. A layer with no activation
-        whose input no link hands over is F.linear itself, in any mode:
-        through the operator Inductor could not fuse its bias gradient (the
-        LLM ReLU MLP's compiled training step, its second layers through
-        the operator: 1.003-1.027 x compiled eager in six runs; as F.linear,
+    def _runs_unfused(self, x, n):
+        """Whether this call (input x, n output columns) runs the unfused
+        layer, ATen's ops: the ones the modules it replaced ran.
+
+        Under torch.compile, where the operator would take eager's formula
+        anyway (functional._compiles_as_eager), so Inductor fuses them
+        itself. Through the chain and the operator's Python, each compiled
+        call had cost about 2 us more host time per fused block (guards,
+        and chain-link writes replayed after the graph). A layer with no
+        activation whose input no link hands over is F.linear itself: through
+        the operator Inductor could not fuse its bias gradient (the LLM ReLU
+        MLP's compiled training step, its second layers through the
+        operator: 1.003-1.027 x compiled eager in six runs; as F.linear,
         compiled eager's graph: 0.971-0.979, where a copy of the eager
-        model read 0.964-0.981, H100)."""
-        if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
-                                                                  _needs_grad(x, self.weight, self.bias)):
+        model read 0.964-0.981, H100).
+
+        In eager mode on CUDA, where the layer is host-bound
+        (functional.host_bound): there a step's time is the host's, and
+        through the operator a training step took it longer (the small fp32
+        MLP, 512 x 256 x 1024 relu, H100, contenders in turns call by call:
+        training 1.071 x eager, inference 1.012, where a copy of the eager
+        model read 0.999 and 0.999). ATen's ops cost the host what eager's
+        modules do.
+
+        Either way a chain's second layer still takes what the first
+        published (the first layer's backward counts on it)."""
+        if torch.compiler.is_compiling():
+            if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
+                                                                      _needs_grad(x, self.weight, self.bias)):
+                return False
+        elif not host_bound(x, n):
             return False
         if self._chain_in is None:
             return True
@@ -80,10 +95,12 @@ class _WithActivation(_Fused):
         return True
 
     def _activate(self, y):
-        # The twin's forward itself: Dynamo traces through it.
+        # The twin's forward itself: Dynamo traces through it. In eager mode
+        # the shared one: building a module costs the host more than its call.
         if self.activation == IDENTITY:
             return y
-        return twin(self.activation, self.negative_slope).forward(y)
+        make = twin if torch.compiler.is_compiling() else shared_twin
+        return make(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight
@@ -136,7 +153,7 @@ class LinearAct(_WithActivation, nn.Linear):
         return _share_parameters(module, linear)
 
     def forward(self, x):
-        if torch.compiler.is_compiling() and self._compiles_unfused(x):
+        if self._runs_unfused(x, self.out_features):
             return self._activate(nn.functional.linear(x, self.weight, self.bias))
         return self._gemm(x, self.weight, self.bias, b_is_weight=True)
 
@@ -180,7 +197,7 @@ class Conv1DAct(_WithActivation, nn.Module):
         return module
 
     def forward(self, x):
-        if torch.compiler.is_compiling() and self._compiles_unfused(x):  # Conv1D's own formula
+        if self._runs_unfused(x, self.nf):  # Conv1D's own formula
             y = torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
             return self._activate(y)
         # weight is [K, N] already: the GEMM's B without a transpose.
