@@ -13,7 +13,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import torch_gemm_act as tga
 from torch_gemm_act import functional
 from conftest import requires_cuda
-from reference import TOL, torch_twin
+from reference import assert_close, torch_twin
 
 GATED = list(tga.GATED)
 
@@ -37,13 +37,7 @@ def _reference64(a, wg, wu, bg, bu, activation, negative_slope=0.01):
     return torch_twin(tga.GATED[activation], negative_slope)(g) * u, torch.cat([g, u], -1)
 
 
-def _close(actual, expected, dtype, normwise=False):
-    # normwise: atol a fraction of the largest element (a gradient summed
-    # over rows of 16-bit terms cancels in places).
-    rtol, atol = TOL[dtype]
-    if normwise:
-        atol *= max(1.0, expected.abs().max().item())
-    torch.testing.assert_close(actual.detach().double().cpu(), expected, rtol=rtol, atol=atol)
+_close = assert_close
 
 
 @pytest.mark.parametrize("activation", GATED)
