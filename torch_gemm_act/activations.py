@@ -7,8 +7,7 @@ this file adds is each one's PyTorch twin: the module whose output it
 reproduces, which fuse_linear_act replaces and the tests compare against.
 """
 
-import functools
-
+import torch
 from torch import nn
 
 from . import _C
@@ -92,11 +91,24 @@ def torch_module(activation, negative_slope=0.01):
     return twin(activation, negative_slope)
 
 
-@functools.lru_cache(maxsize=None)
+# (activation, slope) -> its twin module, shared (the modules hold no state).
+_SHARED_TWINS = {}
+
+
 def shared_twin(activation, negative_slope=0.01):
-    """twin's module, one per (activation, slope), shared (the modules hold
-    no state): for a path that applies it on every call."""
-    return twin(activation, negative_slope)
+    """twin's module, one per (activation, slope), shared: for a path that
+    applies it on every call. Building a module costs the host more than
+    its call, and, traced by torch.compile, guards over nn.Module's
+    machinery; a shared one traced is a dictionary entry's guards. So it is
+    made outside tracing (a fused module makes its own when its activation
+    is set) and only looked up within."""
+    key = (activation, float(negative_slope))
+    module = _SHARED_TWINS.get(key)
+    if module is None:
+        module = twin(activation, negative_slope)
+        if not torch.compiler.is_compiling():
+            _SHARED_TWINS[key] = module
+    return module
 
 
 def twin(activation, negative_slope=0.01):

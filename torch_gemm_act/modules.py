@@ -5,8 +5,7 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 import torch
 from torch import nn
 
-from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin,
-                          twin)
+from .activations import GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
                          gated_linear_act, gemm_act, host_bound)
@@ -48,9 +47,16 @@ class _WithActivation(_Fused):
     them to the layer before and after (torch_gemm_act.chain: the MLP
     backward fused across layers)."""
 
-    def _set_activation(self, activation, negative_slope):
+    def _init_fused(self, activation, negative_slope):
         self.activation = activation
         self.negative_slope = float(negative_slope)
+        if activation != IDENTITY:
+            shared_twin(activation, negative_slope)  # made now, outside any tracing
+        # The links on the instance, not only the class: traced, an instance
+        # attribute is guarded by one lookup in its dict, a class attribute
+        # through the type's MRO, on every call of a compiled model.
+        self._chain_in = None
+        self._chain_out = None
 
     _chain_in = None   # ChainLink from the layer whose output this one takes
     _chain_out = None  # ChainLink to the layer that takes this one's output
@@ -95,12 +101,10 @@ class _WithActivation(_Fused):
         return True
 
     def _activate(self, y):
-        # The twin's forward itself: Dynamo traces through it. In eager mode
-        # the shared one: building a module costs the host more than its call.
+        # The twin's forward itself (Dynamo traces through it), shared.
         if self.activation == IDENTITY:
             return y
-        make = twin if torch.compiler.is_compiling() else shared_twin
-        return make(self.activation, self.negative_slope).forward(y)
+        return shared_twin(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight
@@ -142,7 +146,7 @@ class LinearAct(_WithActivation, nn.Linear):
                  negative_slope=0.01, device=None, dtype=None):
         check_activation(activation, negative_slope)
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        self._set_activation(activation, negative_slope)
+        self._init_fused(activation, negative_slope)
 
     @classmethod
     def from_linear(cls, linear, activation=GELU, negative_slope=0.01):
@@ -176,7 +180,7 @@ class Conv1DAct(_WithActivation, nn.Module):
     def __init__(self, nf, nx, activation=GELU, negative_slope=0.01, device=None, dtype=None):
         check_activation(activation, negative_slope)
         super().__init__()
-        self._set_activation(activation, negative_slope)
+        self._init_fused(activation, negative_slope)
         factory = {"device": device, "dtype": dtype}
         self.nf = nf
         self.nx = nx
