@@ -5,7 +5,8 @@
 
 For every shape of shapes.json (A [M, K], weight [N, K], B = weight.t(),
 bias [N]; activation from the row, default gelu; dtype from the row) and mode
-it times, with triton.testing.do_bench (median, L2 flushed before each run):
+it times, in turns call by call (time_in_turns: each contender's median, the
+L2 cache flushed before each call):
 
   torch_mm          torch.mm(a, w.t()) alone: the bare cuBLAS GEMM, the reference
                     (forward_backward: the three GEMMs of a linear's fwd + bwd)
@@ -47,7 +48,6 @@ which is timed under the addmm_activation key (the row says which function ran).
 import argparse
 import datetime
 import gc
-import inspect
 import json
 import math
 import os
@@ -252,24 +252,14 @@ def host_launch_us(device, calls=500):
     return round(statistics.median(times), 2)
 
 
-def round_order(order, r):
-    """The contenders' order in round r. Under the board's power cap a kernel
-    timed right after a heavy one runs at a lower clock (bench/README.md);
-    each round starts one contender later, which alone keeps every
-    contender behind the same one, so every other round also runs
-    backwards: a contender's predecessor alternates between its two
-    neighbours."""
-    shift = r % len(order)
-    turned = order[shift:] + order[:shift]
-    return turned[::-1] if r % 2 else turned
-
-
-def time_in_turns(fns, args, device, seed=0):
+def time_in_turns(fns, args, device, seed=0, errors=None):
     """name -> (median ms per call, interquartile range / median): the
     contenders take turns call by call, in a fresh random order each turn,
     the L2 cache flushed before each call and every call timed by its own
     pair of CUDA events, for about args.rounds * args.rep ms each after
-    args.warmup ms each of warm-up in turns.
+    args.warmup ms each of warm-up in turns. With ``errors`` (a dict), a
+    contender whose call raises is recorded there (name -> the exception)
+    and left out from then on; without, the exception propagates.
 
     Why turns of one call rather than do_bench's runs of ~100 ms one
     contender after another: on the lent hosts a model step's time drifts
@@ -282,46 +272,63 @@ def time_in_turns(fns, args, device, seed=0):
 
     import torch
 
-    names = list(fns)
+    names = [n for n in fns if errors is None or n not in errors]
+
+    def call(n):
+        """fns[n](); False where it raised and errors takes the exception."""
+        try:
+            fns[n]()
+            return True
+        except Exception as e:  # noqa: BLE001
+            if errors is None:
+                raise
+            errors[n] = e
+            names.remove(n)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            return False
+
     if device == "cpu":  # --cpu-dry-run only: checks the plumbing
         times = {n: [] for n in names}
         for _ in range(3):
-            for n in names:
+            for n in list(names):
                 t0 = time.perf_counter()
-                fns[n]()
-                times[n].append((time.perf_counter() - t0) * 1e3)
-        return {n: (statistics.median(t), 0.0) for n, t in times.items()}
+                if call(n):
+                    times[n].append((time.perf_counter() - t0) * 1e3)
+        return {n: (statistics.median(times[n]), 0.0) for n in names}
 
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    for n in names:
-        fns[n]()
+    for n in list(names):
+        call(n)
     torch.cuda.synchronize()
+    if not names:
+        return {}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(3):
-        for n in names:
+        for n in list(names):
             cache.zero_()
-            fns[n]()
+            call(n)
     end.record()
     torch.cuda.synchronize()
     per_call = max(start.elapsed_time(end) / (3 * len(names)), 1e-3)
     warmup = max(1, int(args.warmup / per_call))
     calls = max(4, int(args.rounds * args.rep / per_call))
     for _ in range(warmup):
-        for n in names:
-            fns[n]()
+        for n in list(names):
+            call(n)
     events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(calls)] for n in names}
     rng = random.Random(seed)
-    turn = list(names)
     for i in range(calls):
+        turn = list(names)
         rng.shuffle(turn)
         for n in turn:
             cache.zero_()
             s, e = events[n][i]
             s.record()
-            fns[n]()
-            e.record()
+            if call(n):
+                e.record()
     torch.cuda.synchronize()
     out = {}
     for n in names:
@@ -332,34 +339,6 @@ def time_in_turns(fns, args, device, seed=0):
 
 TURNS_DESC = ("median of each contender's calls, timed call by call by CUDA events with the L2 cache flushed "
               "before each, the contenders taking turns in a fresh random order each turn (time_in_turns)")
-
-
-def make_timer(args, device):
-    if device == "cpu":  # --cpu-dry-run only: checks the plumbing, numbers mean little
-        def cpu_time(fn):
-            fn()
-            ts = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn()
-                ts.append((time.perf_counter() - t0) * 1e3)
-            return statistics.median(ts)
-        return cpu_time, "perf_counter median of 3 (CPU dry run)"
-
-    from triton.testing import do_bench
-    params = inspect.signature(do_bench).parameters
-    if "return_mode" in params:
-        def t(fn):
-            return float(do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))
-        how = "median"
-    else:
-        def t(fn):
-            r = do_bench(fn, warmup=args.warmup, rep=args.rep, quantiles=[0.5])
-            return float(r[0] if isinstance(r, (list, tuple)) else r)
-        how = "quantiles=[0.5]"
-    return t, (f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, {how}), "
-               f"median of {args.rounds} rounds taken in turns (round_order: each round starting one contender "
-               f"later, every other one backwards)")
 
 
 def _finite_or_str(x):
@@ -377,7 +356,7 @@ def bench_shape(group, spec, modes, ctx):
     import torch
     import torch_gemm_act as tga
 
-    dev, args, timer = ctx["device"], ctx["args"], ctx["timer"]
+    dev, args = ctx["device"], ctx["args"]
     M, K, N = int(spec["M"]), int(spec["K"]), int(spec["N"])
     act = spec.get("activation", "gelu")
     dtype_name = spec.get("dtype", "bfloat16")
@@ -542,25 +521,16 @@ def bench_shape(group, spec, modes, ctx):
                         errors[name] = _short_err(e)
                 del ref
 
-                # ---- timings: the contenders take turns, --rounds times, and
-                # each keeps the median of its rounds, so a clock that drifts
-                # over the run (power, heat) costs them all alike; round_order
-                # changes who runs after whom.
-                rounds = {name: [] for name in order}
-                for r in range(args.rounds):
-                    for name in round_order(order, r):
-                        if name in errors:
-                            continue
-                        try:
-                            rounds[name].append(timer(fns[name]))
-                        except Exception as e:  # noqa: BLE001
-                            errors[name] = _short_err(e)
-                            if dev == "cuda":
-                                torch.cuda.empty_cache()
+                # ---- timings: the contenders take turns call by call
+                # (time_in_turns), so a clock or host that drifts over the
+                # run (power, heat) costs them all alike.
+                failed = {}
+                timed = time_in_turns({n: fns[n] for n in order if n not in errors}, args, dev, errors=failed)
+                errors.update({name: _short_err(e) for name, e in failed.items()})
                 for name in order:
                     if name in errors:
                         continue
-                    ms = statistics.median(rounds[name])
+                    ms = timed[name][0]
                     if name in errs and not errs[name] <= tol:
                         unverified[name] = ms   # wrong results don't get to look fast
                     else:
@@ -624,11 +594,10 @@ def parse_args(argv):
                         "(where the build has them; a row of shapes.json may add more with \"forced\")")
     p.add_argument("--groups", nargs="+", default=None, help="only these groups of shapes.json")
     p.add_argument("--modes", nargs="+", choices=MODES, default=None, help="only these modes")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=40, help="do_bench repetition time per round, ms")
+    p.add_argument("--warmup", type=int, default=25, help="warm-up per contender, ms")
+    p.add_argument("--rep", type=int, default=40, help="see --rounds")
     p.add_argument("--rounds", type=int, default=5,
-                   help="times each contender is measured, taking turns, each round starting one "
-                        "contender later (median kept)")
+                   help="each contender is timed for about rounds x rep ms, in turns with the others")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="for testing this script only: run on the CPU (give a tiny --shapes file)")
     return p.parse_args(argv)
@@ -664,7 +633,7 @@ def main(argv=None):
     else:
         triton_version = None
         device_name = "cpu (dry run)"
-    timer, timer_desc = make_timer(args, device)
+    timer_desc = TURNS_DESC + f", about {args.rounds} x {args.rep} ms each (warm-up {args.warmup} ms)"
     compile_mode = "max-autotune-no-cudagraphs" if args.max_autotune else None
     commit, csrc_tree, ids_from, dirty = source_ids()
 
@@ -674,7 +643,7 @@ def main(argv=None):
     json_path, png_path = base + ".json", base + ".png"
 
     import torch_gemm_act as tga
-    ctx = {"device": device, "args": args, "timer": timer, "compile_mode": compile_mode, "addmm_gelu": {},
+    ctx = {"device": device, "args": args, "compile_mode": compile_mode, "addmm_gelu": {},
            "backends": tga.testing.cuda_backends() if device == "cuda" else (), "forced": list(args.forced)}
     results = {
         "commit": commit,

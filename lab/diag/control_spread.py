@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 import bench  # noqa: E402
 import models  # noqa: E402
+import rounds  # noqa: E402  (lab/diag: the do_bench rounds)
 from model_step_profile import profile  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--turns", type=int, default=2, help="times to run bench.time_in_turns after the rounds")
     args = p.parse_args()
-    timer, how = bench.make_timer(args, "cuda")
+    timer, how = rounds.make_timer(args, "cuda")
     eager, fused, x, gy = models.build(args.case, "cuda", False)
     contenders = models.contenders(eager, fused, args.compiled, control=True)
     contenders.pop("compile_fusion", None)
@@ -59,7 +60,7 @@ def main():
     times = {n: [] for n in order}
     for r in range(args.rounds):
         line = []
-        for name in bench.round_order(order, r):
+        for name in rounds.round_order(order, r):
             times[name].append(timer(fns[name]))
             line.append(f"{name} {times[name][-1]:.3f}")
         print(f"round {r}: " + ", ".join(line), flush=True)

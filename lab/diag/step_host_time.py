@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 import bench  # noqa: E402
 import models  # noqa: E402
+import rounds  # noqa: E402  (lab/diag: the do_bench rounds)
 
 SPIN_MS = 80.0
 
@@ -117,7 +118,7 @@ def main():
             # apart in backward host time).
             all_reps = {name: [] for name in named}
             for r in range(args.reps):
-                for name in bench.round_order(list(named), r):
+                for name in rounds.round_order(list(named), r):
                     all_reps[name].append(timed_steps(named[name], x, gy, mode, args.steps, cycles))
             for name in named:
                 reps = all_reps[name]
