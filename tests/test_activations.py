@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import torch_gemm_act
 from reference import ACTIVATIONS, apply_activation, assert_close, torch_twin
 
 SPECIAL = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, 100.0, -100.0]
@@ -48,6 +49,31 @@ def test_derivative_matches_torch_autograd(activation, dtype, device):
         deriv = 1 - y_stored**2 if activation == "tanh" else y_stored * (1 - y_stored)
         expected = grad_y.to(dtype).double() * deriv
     assert_close(grad_z, expected, dtype)
+
+
+@pytest.mark.parametrize("activation", sorted(torch_gemm_act.activations.GRAD_FROM_OUTPUT - {"none"}))
+def test_in_place_op_computes_and_differentiates_as_the_twin(activation, device):
+    """The fused modules' unfused path applies these in place to a fresh
+    GEMM result: same values, and autograd's gradient through the layer,
+    as the twin module out of place."""
+    op = torch_gemm_act.activations.in_place_op(activation)
+    x = _inputs(torch.float64, device).nan_to_num(0.0, 50.0, -50.0).requires_grad_()
+    w = torch.randn(16, 16, dtype=torch.float64, device=device, requires_grad=True)
+    y = op(x @ w, 0.2)
+    expected = torch_twin(activation, 0.2)(x @ w)
+    assert_close(y, expected, torch.float64)
+    grad_y = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, w), grad_y)
+    want = torch.autograd.grad(expected, (x, w), grad_y)
+    for g, e in zip(got, want):
+        assert_close(g, e, torch.float64)
+
+
+def test_no_in_place_op_for_activations_differentiated_from_their_input():
+    from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+    for activation in ACTIVATIONS:
+        has_op = torch_gemm_act.activations.in_place_op(activation) is not None
+        assert has_op == (activation in GRAD_FROM_OUTPUT and activation != "none"), activation
 
 
 def _assert_rounded_correctly(ours, exact, z, dtype):

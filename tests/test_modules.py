@@ -192,14 +192,17 @@ def test_small_model_inference_peaks_no_higher_than_eager_cuda(activation):
 @pytest.mark.host_bound_policy
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("module", ["linear", "conv1d"])
-def test_host_bound_layers_run_atens_ops_cuda(dtype, module):
+@pytest.mark.parametrize("activation", tga.ACTIVATIONS)
+def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
     """In eager mode a fused layer below functional.HOST_BOUND_MULTIPLY_ADDS
     runs the ops of the modules it replaced (F.linear or Conv1D's addmm,
-    then the activation), whose host time is theirs; a larger one runs the
-    fused operator. Both compute what those modules do, in training too."""
+    then the activation, in place where it is differentiated from its
+    output), whose host time is theirs; a larger one runs the fused
+    operator. Both compute what those modules do, in training too."""
     k, n = 256, 1024
-    fused = (tga.LinearAct(k, n, activation="gelu", device="cuda", dtype=dtype) if module == "linear"
-             else tga.Conv1DAct(n, k, activation="gelu", device="cuda", dtype=dtype))
+    kwargs = {"activation": activation, "negative_slope": 0.2, "device": "cuda", "dtype": dtype}
+    fused = tga.LinearAct(k, n, **kwargs) if module == "linear" else tga.Conv1DAct(n, k, **kwargs)
+    twin = tga.activations.torch_module(activation, 0.2)
     params64 = [p.detach().double().requires_grad_() for p in (fused.weight, fused.bias)]
     weight64 = params64[0] if module == "linear" else params64[0].t()
     boundary = tga.functional.HOST_BOUND_MULTIPLY_ADDS // (k * n)
@@ -209,7 +212,7 @@ def test_host_bound_layers_run_atens_ops_cuda(dtype, module):
         unfused = rows * k * n < tga.functional.HOST_BOUND_MULTIPLY_ADDS
         assert ("GemmAct" not in y.grad_fn.name()) == unfused, (rows, y.grad_fn.name())
         x64 = x.detach().double().requires_grad_()
-        y64 = nn.functional.gelu(nn.functional.linear(x64, weight64, params64[1]))
+        y64 = twin(nn.functional.linear(x64, weight64, params64[1]))
         assert_close(y, y64, dtype)
         gy = torch.randn_like(y)
         got = torch.autograd.grad(y, (x, fused.weight, fused.bias), gy)

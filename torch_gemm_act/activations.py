@@ -43,6 +43,17 @@ _TWINS = {
     "gelu_tanh": (nn.GELU, {"approximate": "tanh"}),
     "silu": (nn.SiLU, {}),
 }
+# The in-place ATen op of each activation whose backward reads only its
+# output (GRAD_FROM_OUTPUT, none aside), called as op(y, negative_slope).
+# On a tensor nothing else holds (a GEMM's fresh result) it computes the
+# twin's values without the twin's allocation, and autograd differentiates
+# it from the output as it does the twin (in_place_op).
+_IN_PLACE = {
+    "relu": lambda y, slope: torch.relu_(y),
+    "leaky_relu": lambda y, slope: nn.functional.leaky_relu_(y, slope),
+    "tanh": lambda y, slope: torch.tanh_(y),
+    "sigmoid": lambda y, slope: torch.sigmoid_(y),
+}
 # Other libraries' activation modules that compute one of ours exactly, by
 # where their class is defined, so that neither library is imported here
 # (tests/test_fuse_models.py checks each against the class's own forward).
@@ -68,6 +79,9 @@ ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations",
 if set(_TWINS) != set(ACTIVATIONS) or not set(GATED.values()) <= set(ACTIVATIONS):
     raise ImportError(f"torch_gemm_act: the PyTorch twins ({sorted(_TWINS)}) do not match the "
                       f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
+if set(_IN_PLACE) != GRAD_FROM_OUTPUT - {IDENTITY}:
+    raise ImportError(f"torch_gemm_act: the in-place ops ({sorted(_IN_PLACE)}) do not match the "
+                      f"activations differentiated from their output ({sorted(GRAD_FROM_OUTPUT)}); rebuild it")
 
 
 def check_activation(activation, negative_slope=0.01):
@@ -109,6 +123,12 @@ def shared_twin(activation, negative_slope=0.01):
         if not torch.compiler.is_compiling():
             _SHARED_TWINS[key] = module
     return module
+
+
+def in_place_op(activation):
+    """op(y, negative_slope) computing `activation` in y's own memory, for
+    an activation differentiated from its output; None for the others."""
+    return _IN_PLACE.get(activation)
 
 
 def twin(activation, negative_slope=0.01):

@@ -5,7 +5,8 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 import torch
 from torch import nn
 
-from .activations import GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, shared_twin
+from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, in_place_op,
+                          shared_twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
                          gated_linear_act, gemm_act, host_bound)
@@ -101,9 +102,15 @@ class _WithActivation(_Fused):
         return True
 
     def _activate(self, y):
-        # The twin's forward itself (Dynamo traces through it), shared.
-        if self.activation == IDENTITY:
-            return y
+        """act(y), y the unfused layer's fresh GEMM result, the activation
+        not none. Traced, the twin's forward itself (Dynamo traces through
+        it), shared. In eager mode an activation differentiated from its
+        output runs in place: y is this call's own, and the host, which
+        bounds the step where a layer runs unfused, saves an allocation."""
+        if not torch.compiler.is_compiling():
+            op = in_place_op(self.activation)
+            if op is not None:
+                return op(y, self.negative_slope)
         return shared_twin(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
@@ -158,7 +165,8 @@ class LinearAct(_WithActivation, nn.Linear):
 
     def forward(self, x):
         if self._runs_unfused(x, self.out_features):
-            return self._activate(nn.functional.linear(x, self.weight, self.bias))
+            y = nn.functional.linear(x, self.weight, self.bias)
+            return y if self.activation == IDENTITY else self._activate(y)
         return self._gemm(x, self.weight, self.bias, b_is_weight=True)
 
     def extra_repr(self):
@@ -203,7 +211,7 @@ class Conv1DAct(_WithActivation, nn.Module):
     def forward(self, x):
         if self._runs_unfused(x, self.nf):  # Conv1D's own formula
             y = torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
-            return self._activate(y)
+            return y if self.activation == IDENTITY else self._activate(y)
         # weight is [K, N] already: the GEMM's B without a transpose.
         return self._gemm(x, self.weight, self.bias)
 
