@@ -1,5 +1,7 @@
 // One-pass padded copies: for the sm90 family's staging (sm90_staging.h)
-// and the backward's cuBLAS operands (the zero_pad operator). ATen's
+// and the backward's cuBLAS operands (the zero_pad operator); and the
+// staged forward's results out of its aligned buffer, Z and Y = act(Z) in
+// one pass (activate_copy). ATen's
 // strided copy of a [rows, cols] block into a buffer with another row
 // stride ran at about 1.9 TB/s on an H100 (0.071 ms for the unaligned
 // benchmark shape's A), and the padding took a launch of its own. This
@@ -10,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "gemm_act.h"
+
 namespace gemm_act {
 namespace gpu {
 
@@ -19,6 +23,17 @@ namespace gpu {
 // dimension. Returns false (copying nothing) for anything else, or a
 // destination of 32 GiB or more, which the caller then copies with ATen.
 bool pad_copy(const at::Tensor& src, const at::Tensor& dst);
+
+// Whether activate_copy takes (src, z, y): fp16, bf16 or fp32 on one
+// device; z and y contiguous, of one shape, their rows equally aligned (the
+// distance between them a multiple of 16 bytes); src 2-D with unit column
+// stride, at least as large; fewer than 2^31 16-byte chunks.
+bool activate_copy_applies(const at::Tensor& src, const at::Tensor& z, const at::Tensor& y);
+
+// z = src and y = act(src) (activations.h, at the storage's precision)
+// over z's rows and columns, in one pass. Checks activate_copy_applies.
+void activate_copy(const at::Tensor& src, const at::Tensor& z, const at::Tensor& y, Activation act,
+                   double negative_slope);
 
 // A [rows, cols] contiguous tensor holding `src` (2-D, at most that large)
 // in its top-left corner and zeros elsewhere: pad_copy where it applies,

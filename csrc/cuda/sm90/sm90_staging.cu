@@ -69,12 +69,22 @@ StagedCase stage_operands(const GemmActArgs& in, int64_t align, bool n_major_b_o
     q.c_stride_m = n_pad;
     q.c_stride_n = 1;
   }
-  if (n_pad != p.n || !aligned16(p.y)) {
+  const bool stage_y = n_pad != p.n || !aligned16(p.y);
+  const bool stage_z = p.z != nullptr && (n_pad != p.n || !aligned16(p.z));
+  if (stage_y) {
     s.y_dest = in.y;
     s.args.y = at::empty({p.m, n_pad}, in.y.options());
     q.y = s.args.y.data_ptr();
   }
-  if (p.z != nullptr && (n_pad != p.n || !aligned16(p.z))) {
+  if (stage_y && stage_z && gpu::activate_copy_applies(s.args.y, in.z, in.y)) {
+    s.z_dest = in.z;
+    s.args.z = at::Tensor();
+    q.z = nullptr;
+    s.activate_out = true;
+    s.activation = p.activation;
+    s.negative_slope = p.negative_slope;
+    q.activation = Activation::None;
+  } else if (stage_z) {
     s.z_dest = in.z;
     s.args.z = at::empty({p.m, n_pad}, in.z.options());
     q.z = s.args.z.data_ptr();
@@ -87,6 +97,10 @@ void copy_out(const StagedCase& s) {
     const at::Tensor part = staged.narrow(1, 0, dest.size(1));
     if (!gpu::pad_copy(part, dest)) dest.copy_(part);
   };
+  if (s.activate_out) {
+    gpu::activate_copy(s.args.y, s.z_dest, s.y_dest, s.activation, s.negative_slope);
+    return;
+  }
   if (s.y_dest.defined()) copy(s.args.y, s.y_dest);
   if (s.z_dest.defined()) copy(s.args.z, s.z_dest);
 }
