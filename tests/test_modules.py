@@ -188,6 +188,45 @@ def test_small_model_inference_peaks_no_higher_than_eager_cuda(activation):
     assert_close(out, expected, torch.float32)
 
 
+class _Subclass(torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("subclass", [False, True])
+def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclass, monkeypatch):
+    """The unfused path (host-bound layers, CUDA only: forced here on the
+    CPU) applies an activation differentiated from its output in place on
+    a plain tensor, the twin out of place otherwise; the same values and
+    gradients either way."""
+    from torch.overrides import TorchFunctionMode
+
+    class Calls(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(tga.modules, "host_bound", lambda x, n: True)
+    fused = tga.LinearAct(8, 16, activation=activation, dtype=torch.float64)
+    twin = tga.activations.torch_module(activation)
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    x_in = x.as_subclass(_Subclass) if subclass else x
+    with Calls() as calls:
+        y = fused(x_in)
+    assert ("relu_" in calls.names) == (activation == "relu" and not subclass), calls.names
+    expected = twin(nn.functional.linear(x, fused.weight, fused.bias))
+    torch.testing.assert_close(y.as_subclass(torch.Tensor), expected)
+    gy = torch.randn_like(expected)
+    got = torch.autograd.grad(y, (x, fused.weight, fused.bias), gy)
+    want = torch.autograd.grad(expected, (x, fused.weight, fused.bias), gy)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), w)
+
+
 @requires_cuda
 @pytest.mark.host_bound_policy
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -106,8 +106,10 @@ class _WithActivation(_Fused):
         not none. Traced, the twin's forward itself (Dynamo traces through
         it), shared. In eager mode an activation differentiated from its
         output runs in place: y is this call's own, and the host, which
-        bounds the step where a layer runs unfused, saves an allocation."""
-        if not torch.compiler.is_compiling():
+        bounds the step where a layer runs unfused, saves an allocation. A
+        tensor subclass (a DTensor, say) keeps the twin: its in-place ops
+        may not take what the out-of-place one would redistribute."""
+        if type(y) is torch.Tensor and not torch.compiler.is_compiling():
             op = in_place_op(self.activation)
             if op is not None:
                 return op(y, self.negative_slope)
