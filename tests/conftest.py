@@ -24,7 +24,7 @@ def _poison_outputs():
 @pytest.fixture(autouse=True)
 def _fused_modules_at_any_size(request, monkeypatch):
     # In eager mode a fused module runs ATen's ops where its layer is
-    # host-bound (modules._WithActivation._runs_unfused). The tests check
+    # host-bound (modules._WithActivation._unfused_mode). The tests check
     # the fused operator through the modules at small sizes, so there it
     # runs at any size, except in tests marked host_bound_policy, which
     # check the rule itself.

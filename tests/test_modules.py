@@ -4,6 +4,7 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
@@ -192,6 +193,18 @@ class _Subclass(torch.Tensor):
     pass
 
 
+class _AtenCalls(TorchDispatchMode):
+    """The names of the ATen (and custom) ops called under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func._schema.name.split("::")[-1])
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("subclass", [False, True])
 def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclass, monkeypatch):
@@ -248,10 +261,21 @@ def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
     params64 = [p.detach().double().requires_grad_() for p in (fused.weight, fused.bias)]
     weight64 = params64[0] if module == "linear" else params64[0].t()
     boundary = tga.functional.HOST_BOUND_MULTIPLY_ADDS // (k * n)
+    epilogue = tga.activations.addmm_epilogue(activation, dtype) is not None
     for rows in (1, 64, boundary - 1, boundary, boundary + 64):
         x = torch.randn(rows, k, device="cuda", dtype=dtype, requires_grad=True)
-        y = fused(x)
+        x64 = x.detach().double().requires_grad_()
+        z64 = nn.functional.linear(x64, weight64, params64[1])
+        y64 = twin(z64)
         unfused = rows * k * n < tga.functional.HOST_BOUND_MULTIPLY_ADDS
+        with torch.no_grad(), _AtenCalls() as calls:
+            y = fused(x)
+        # Without a backward, relu (and bf16's tanh GELU) is cuBLASLt's
+        # epilogue through ATen's one op; the rest as in training.
+        assert ("_addmm_activation" in calls.names) == (unfused and epilogue), (rows, calls.names)
+        assert any(name.startswith("gemm_act") for name in calls.names) == (not unfused), (rows, calls.names)
+        assert_close(y, y64, dtype)
+        y = fused(x)
         assert ("GemmAct" not in y.grad_fn.name()) == unfused, (rows, y.grad_fn.name())
         gy = torch.randn_like(y)
         got = torch.autograd.grad(y, (x, fused.weight, fused.bias), gy)
@@ -262,9 +286,6 @@ def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
             for g, e in zip(got, torch.autograd.grad(eager, (x, fused.weight, fused.bias), gy)):
                 assert torch.equal(g, e)
             continue
-        x64 = x.detach().double().requires_grad_()
-        z64 = nn.functional.linear(x64, weight64, params64[1])
-        y64 = twin(z64)
         assert_close(y, y64, dtype)
         if activation in ("relu", "leaky_relu"):
             y64 = torch.where(y.detach().double() > 0, z64, z64 * (0.2 if activation == "leaky_relu" else 0.0))

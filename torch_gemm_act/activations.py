@@ -54,6 +54,16 @@ _IN_PLACE = {
     "tanh": lambda y, slope: torch.tanh_(y),
     "sigmoid": lambda y, slope: torch.sigmoid_(y),
 }
+# The activations ATen's torch._addmm_activation applies on CUDA in the
+# epilogue of cuBLASLt's GEMM (RELU_BIAS, GELU_BIAS), as one op without
+# autograd: activation -> (its use_gelu, the dtypes where it computes ours;
+# None: all). Its GELU is the tanh form, to within bf16's and fp16's
+# rounding; in fp32 its approximation is coarser than the rounding
+# (bench.py's probe finds it neither GELU there), so fp32 is not listed.
+_ADDMM_EPILOGUES = {
+    "relu": (False, None),
+    "gelu_tanh": (True, frozenset((torch.float16, torch.bfloat16))),
+}
 # Other libraries' activation modules that compute one of ours exactly, by
 # where their class is defined, so that neither library is imported here
 # (tests/test_fuse_models.py checks each against the class's own forward).
@@ -76,7 +86,7 @@ _FOREIGN = {
 # compute is reported by fuse_linear_act as an activation it cannot fuse.
 ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations", "timm.layers.activations")
 
-if set(_TWINS) != set(ACTIVATIONS) or not set(GATED.values()) <= set(ACTIVATIONS):
+if set(_TWINS) != set(ACTIVATIONS) or not set(GATED.values()) | set(_ADDMM_EPILOGUES) <= set(ACTIVATIONS):
     raise ImportError(f"torch_gemm_act: the PyTorch twins ({sorted(_TWINS)}) do not match the "
                       f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
 if set(_IN_PLACE) != GRAD_FROM_OUTPUT - {IDENTITY}:
@@ -129,6 +139,15 @@ def in_place_op(activation):
     """op(y, negative_slope) computing `activation` in y's own memory, for
     an activation differentiated from its output; None for the others."""
     return _IN_PLACE.get(activation)
+
+
+def addmm_epilogue(activation, dtype):
+    """torch._addmm_activation's use_gelu where that op computes `activation`
+    on CUDA tensors of `dtype` (with a bias, cuBLASLt's epilogue), else None."""
+    entry = _ADDMM_EPILOGUES.get(activation)
+    if entry is None or (entry[1] is not None and dtype not in entry[1]):
+        return None
+    return entry[0]
 
 
 def twin(activation, negative_slope=0.01):

@@ -97,7 +97,7 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # the host spends on the call. There a chain (chain.chain_pays) publishes no
 # Z: the chained operator's extra arguments would add to host time what it
 # saves the GPU. A fused module there runs ATen's ops, the replaced
-# modules' own (modules._WithActivation._runs_unfused): through the
+# modules' own (modules._WithActivation._unfused_mode): through the
 # operator the small fp32 MLP (512 x 256 x 1024 relu, H100) took 1.071 x
 # eager's training step and 1.012 x its inference, timed in turns call by
 # call, where a copy of the eager model read 0.999. The functional API

@@ -5,8 +5,8 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 import torch
 from torch import nn
 
-from .activations import (GELU, IDENTITY, USES_SLOPE, check_activation, gate_activation, in_place_op,
-                          shared_twin)
+from .activations import (GELU, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, gate_activation,
+                          in_place_op, shared_twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
                          gated_linear_act, gemm_act, host_bound)
@@ -22,6 +22,19 @@ def _linear_parameters(module, in_features, out_features, bias, factory):
     else:
         module.register_parameter("bias", None)
     nn.Linear.reset_parameters(module)
+
+
+def _addmm_activation(x, b, bias, use_gelu):
+    """act(x @ b + bias), b [K, N], as ATen's one op (x of any rank)."""
+    if x.dim() == 2:
+        return torch._addmm_activation(bias, x, b, use_gelu=use_gelu)
+    y = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), b, use_gelu=use_gelu)
+    return y.view(*x.shape[:-1], b.shape[1])
+
+
+# What a fused module's call runs (_WithActivation._unfused_mode): the
+# fused operator, or the unfused layer's ATen ops in eager mode or traced.
+_FUSED, _EAGER, _TRACED = 0, 1, 2
 
 
 class _Fused:
@@ -62,9 +75,10 @@ class _WithActivation(_Fused):
     _chain_in = None   # ChainLink from the layer whose output this one takes
     _chain_out = None  # ChainLink to the layer that takes this one's output
 
-    def _runs_unfused(self, x, n):
+    def _unfused_mode(self, x, n):
         """Whether this call (input x, n output columns) runs the unfused
-        layer, ATen's ops: the ones the modules it replaced ran.
+        layer, ATen's ops: the ones the modules it replaced ran (_EAGER or
+        _TRACED), or the fused operator (_FUSED, false).
 
         Under torch.compile, where the operator would take eager's formula
         anyway (functional._compiles_as_eager), so Inductor fuses them
@@ -86,22 +100,46 @@ class _WithActivation(_Fused):
         model read 0.999 and 0.999). ATen's ops cost the host what eager's
         modules do.
 
+        With no backward to record, a relu layer (or a half-precision
+        tanh GELU one) with a bias runs one op where eager ran two
+        (_epilogue_of).
+
         Either way a chain's second layer still takes what the first
         published (the first layer's backward counts on it)."""
         if torch.compiler.is_compiling():
             if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
                                                                       _needs_grad(x, self.weight, self.bias)):
-                return False
-        elif not host_bound(x, n):
-            return False
-        if self._chain_in is None:
-            return True
-        if self._chain_in.y is x:
-            return False
-        self._chain_in.clear()  # what it holds is another input's
-        return True
+                return _FUSED
+            mode = _TRACED
+        elif host_bound(x, n):
+            mode = _EAGER
+        else:
+            return _FUSED
+        chain_in = self._chain_in
+        if chain_in is None:
+            return mode
+        if chain_in.y is x:
+            return _FUSED
+        chain_in.clear()  # what it holds is another input's
+        return mode
 
-    def _activate(self, y):
+    def _epilogue_of(self, x, weight, bias):
+        """use_gelu where this unfused call in eager mode, made with grad
+        mode off (the op has no autograd; the caller checks, which costs a
+        training step's calls least), is torch._addmm_activation, else
+        None: on CUDA, with a bias and an activation cuBLASLt applies in the
+        GEMM's epilogue (activations.addmm_epilogue), on plain tensors
+        outside autocast (whose casts F.linear takes). One op and one launch
+        where the GEMM and the activation were two: the host's time, which
+        bounds these calls."""
+        use_gelu = addmm_epilogue(self.activation, x.dtype)
+        if use_gelu is None or bias is None or not x.is_cuda or x.dim() == 0:
+            return None
+        if torch.is_autocast_enabled("cuda") or type(x) is not torch.Tensor or _is_dtensor(weight):
+            return None
+        return use_gelu
+
+    def _activate(self, y, mode):
         """act(y), y the unfused layer's fresh GEMM result, the activation
         not none. Traced, the twin's forward itself (Dynamo traces through
         it), shared. In eager mode an activation differentiated from its
@@ -109,7 +147,7 @@ class _WithActivation(_Fused):
         bounds the step where a layer runs unfused, saves an allocation. A
         tensor subclass (a DTensor, say) keeps the twin: its in-place ops
         may not take what the out-of-place one would redistribute."""
-        if type(y) is torch.Tensor and not torch.compiler.is_compiling():
+        if mode == _EAGER and type(y) is torch.Tensor:
             op = in_place_op(self.activation)
             if op is not None:
                 return op(y, self.negative_slope)
@@ -166,9 +204,15 @@ class LinearAct(_WithActivation, nn.Linear):
         return _share_parameters(module, linear)
 
     def forward(self, x):
-        if self._runs_unfused(x, self.out_features):
-            y = nn.functional.linear(x, self.weight, self.bias)
-            return y if self.activation == IDENTITY else self._activate(y)
+        mode = self._unfused_mode(x, self.out_features)
+        if mode:
+            weight, bias = self.weight, self.bias
+            if mode == _EAGER and not torch.is_grad_enabled():
+                use_gelu = self._epilogue_of(x, weight, bias)
+                if use_gelu is not None:
+                    return _addmm_activation(x, weight.t(), bias, use_gelu)
+            y = nn.functional.linear(x, weight, bias)
+            return y if self.activation == IDENTITY else self._activate(y, mode)
         return self._gemm(x, self.weight, self.bias, b_is_weight=True)
 
     def extra_repr(self):
@@ -211,9 +255,15 @@ class Conv1DAct(_WithActivation, nn.Module):
         return module
 
     def forward(self, x):
-        if self._runs_unfused(x, self.nf):  # Conv1D's own formula
-            y = torch.addmm(self.bias, x.reshape(-1, self.nx), self.weight).view(*x.shape[:-1], self.nf)
-            return y if self.activation == IDENTITY else self._activate(y)
+        mode = self._unfused_mode(x, self.nf)
+        if mode:  # Conv1D's own formula
+            weight, bias = self.weight, self.bias
+            if mode == _EAGER and not torch.is_grad_enabled():
+                use_gelu = self._epilogue_of(x, weight, bias)
+                if use_gelu is not None:
+                    return _addmm_activation(x, weight, bias, use_gelu)
+            y = torch.addmm(bias, x.reshape(-1, self.nx), weight).view(*x.shape[:-1], self.nf)
+            return y if self.activation == IDENTITY else self._activate(y, mode)
         # weight is [K, N] already: the GEMM's B without a transpose.
         return self._gemm(x, self.weight, self.bias)
 
