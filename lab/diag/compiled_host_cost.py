@@ -1,0 +1,117 @@
+"""Where a compiled model step's host time goes, eager beside fused, on
+CUDA: each contender compiled (its own code object), timed in turns, then
+profiled for the host events Dynamo, AOT and Inductor's wrapper record
+per call (cache lookup = guards, the compiled region, the graph's call).
+
+A `lean` contender is the fused model with its LinearActs' traced path
+taken by a module-level function (no method looked up on the instance,
+the slope read only where the activation takes one): what that saves in
+guards.
+
+    python lab/diag/compiled_host_cost.py [--case small_mlp_fp32] [--modes inference training]
+"""
+
+import argparse
+import collections
+import copy
+import os
+import sys
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+
+import bench  # noqa: E402
+import models  # noqa: E402
+
+import torch_gemm_act as tga  # noqa: E402
+from torch_gemm_act import modules as fm  # noqa: E402
+from torch_gemm_act.activations import IDENTITY, USES_SLOPE, shared_twin  # noqa: E402
+from torch_gemm_act.functional import _compiles_as_eager, _needs_grad  # noqa: E402
+
+EVENTS = ("TorchDynamo Cache Lookup", "Torch-Compiled Region", "## Call CompiledFxGraph", "Pregraph bytecode",
+          "AOTDispatcher Runtime Wrapper Prologue", "AOTDispatcher Runtime Wrapper Epilogue",
+          "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "autograd::engine")
+
+
+def _traced(layer, x):
+    act = layer.activation
+    if act != IDENTITY and not _compiles_as_eager(x, act, _needs_grad(x, layer.weight, layer.bias)):
+        return None
+    chain_in = layer._chain_in
+    if chain_in is not None and chain_in.y is x:
+        return None
+    y = nn.functional.linear(x, layer.weight, layer.bias)
+    if act == IDENTITY:
+        return y
+    return shared_twin(act, layer.negative_slope if act in USES_SLOPE else 0.01).forward(y)
+
+
+def lean_forward(self, x):
+    if torch.compiler.is_compiling():
+        y = _traced(self, x)
+        if y is not None:
+            return y
+    return fm.LinearAct.forward(self, x)
+
+
+class LeanLinearAct(fm.LinearAct):
+    forward = lean_forward
+
+
+def lean(model):
+    model = copy.deepcopy(model)
+    for m in model.modules():
+        if type(m) is fm.LinearAct:
+            m.__class__ = LeanLinearAct
+    return model
+
+
+def host_events(fn, steps):
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    us = collections.Counter()
+    for e in p.events():
+        for name in EVENTS:
+            if e.name.startswith(name):
+                us[name] += e.cpu_time_total
+    return {k: v / steps for k, v in us.items()}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", default="small_mlp_fp32", choices=sorted(models.CASES))
+    p.add_argument("--modes", nargs="+", default=["inference", "training"])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rep", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=25)
+    args = p.parse_args()
+    bench.compile_in_process()
+    for mode in args.modes:
+        torch.compiler.reset()
+        eager, fused, x, gy = models.build(args.case, "cuda", False)
+        contenders = {"eager": eager, "eager_copy": copy.deepcopy(eager), "fused": fused, "lean": lean(fused)}
+        fns = {n: models.step_fn(torch.compile(models.own_frame(m, n)), x, gy, mode) for n, m in contenders.items()}
+        for fn in fns.values():
+            fn()
+        timed = bench.time_in_turns(fns, args, "cuda")
+        print(f"\n{args.case} {mode} compiled: ms per step (median, iqr), host us per step by event")
+        events = {n: host_events(fn, args.steps) for n, fn in fns.items()}
+        print(f"{'contender':12s} {'ms':>7s} {'/eager':>7s}  " + "  ".join(f"{e[:18]:>18s}" for e in EVENTS))
+        for n in fns:
+            ms, iqr = timed[n]
+            print(f"{n:12s} {ms:7.3f} {ms / timed['eager'][0]:7.3f}  "
+                  + "  ".join(f"{events[n].get(e, 0.0):18.1f}" for e in EVENTS), flush=True)
+
+
+if __name__ == "__main__":
+    main()
