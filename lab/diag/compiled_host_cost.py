@@ -5,14 +5,16 @@ per call (cache lookup = guards, the compiled region, the graph's call).
 
 A `lean` contender is the fused model with its LinearActs' traced path
 taken by a module-level function (no method looked up on the instance,
-the slope read only where the activation takes one): what that saves in
-guards.
+the slope read only where the activation takes one), `unchained` the
+same without reading the chain link (wrong where a link hands over; a
+measurement only): what each saves in guards.
 
     python lab/diag/compiled_host_cost.py [--case small_mlp_fp32] [--modes inference training]
 """
 
 import argparse
 import collections
+import contextlib
 import copy
 import os
 import sys
@@ -36,11 +38,11 @@ EVENTS = ("TorchDynamo Cache Lookup", "Torch-Compiled Region", "## Call Compiled
           "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "autograd::engine")
 
 
-def _traced(layer, x):
+def _traced(layer, x, chain=True):
     act = layer.activation
     if act != IDENTITY and not _compiles_as_eager(x, act, _needs_grad(x, layer.weight, layer.bias)):
         return None
-    chain_in = layer._chain_in
+    chain_in = layer._chain_in if chain else None
     if chain_in is not None and chain_in.y is x:
         return None
     y = nn.functional.linear(x, layer.weight, layer.bias)
@@ -57,16 +59,46 @@ def lean_forward(self, x):
     return fm.LinearAct.forward(self, x)
 
 
+def unchained_forward(self, x):
+    # A diagnostic only: what the chain link's guards cost (a link that
+    # hands over would be ignored here).
+    if torch.compiler.is_compiling():
+        y = _traced(self, x, chain=False)
+        if y is not None:
+            return y
+    return fm.LinearAct.forward(self, x)
+
+
 class LeanLinearAct(fm.LinearAct):
     forward = lean_forward
 
 
-def lean(model):
+class UnchainedLinearAct(fm.LinearAct):
+    forward = unchained_forward
+
+
+def variant(model, cls):
     model = copy.deepcopy(model)
     for m in model.modules():
         if type(m) is fm.LinearAct:
-            m.__class__ = LeanLinearAct
+            m.__class__ = cls
     return model
+
+
+@contextlib.contextmanager
+def guard_log(path):
+    """Dynamo's guard trees of the compilations under it, written to path."""
+    import logging
+    handler = logging.FileHandler(path, mode="w")
+    logger = logging.getLogger("torch._dynamo.guards")
+    torch._logging.set_logs(guards=True)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        torch._logging.set_logs()
 
 
 def host_events(fn, steps):
@@ -94,15 +126,27 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep", type=int, default=100)
     p.add_argument("--warmup", type=int, default=25)
+    p.add_argument("--guards", default=None, help="a folder for each contender's guard tree")
     args = p.parse_args()
     bench.compile_in_process()
     for mode in args.modes:
         torch.compiler.reset()
         eager, fused, x, gy = models.build(args.case, "cuda", False)
-        contenders = {"eager": eager, "eager_copy": copy.deepcopy(eager), "fused": fused, "lean": lean(fused)}
+        contenders = {"eager": eager, "eager_copy": copy.deepcopy(eager), "fused": fused,
+                       "lean": variant(fused, LeanLinearAct), "unchained": variant(fused, UnchainedLinearAct)}
         fns = {n: models.step_fn(torch.compile(models.own_frame(m, n)), x, gy, mode) for n, m in contenders.items()}
-        for fn in fns.values():
+        graphs = {}
+        for n, fn in fns.items():
+            torch._dynamo.utils.counters.clear()
+            if args.guards:
+                with guard_log(os.path.join(args.guards, f"guards_{mode}_{n}.txt")):
+                    fn()
+            else:
+                fn()
             fn()
+            graphs[n] = {k: dict(v) for k, v in torch._dynamo.utils.counters.items()
+                         if k in ("stats", "recompiles", "graph_break") and v}
+        print(f"dynamo per contender: {graphs}")
         timed = bench.time_in_turns(fns, args, "cuda")
         print(f"\n{args.case} {mode} compiled: ms per step (median, iqr), host us per step by event")
         events = {n: host_events(fn, args.steps) for n, fn in fns.items()}
