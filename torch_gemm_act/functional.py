@@ -72,7 +72,9 @@ def _compiles_as_eager(a, activation=None, needs_grad=False):
       may take gY's dead buffer)."""
     if not (isinstance(a, torch.Tensor) and a.is_cuda):
         return False
-    exact = a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32)
+    # PyTorch's TF32 switch read directly: traced, torch.backends.cuda.matmul's
+    # Python __getattr__ adds guards evaluated in Python on every call.
+    exact = a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
     return exact or (needs_grad and activation in GRAD_FROM_OUTPUT)
 
 

@@ -4,6 +4,10 @@ form, GatedLinearAct, made of a LinearGate and a LinearUp."""
 
 import torch
 from torch import nn
+# Imported by name: traced, `torch.compiler.is_compiling` from here would
+# alias the `torch` other modules' traced code reaches, a guard Dynamo
+# evaluates in Python on every call (PyTorch 2.11).
+from torch.compiler import is_compiling
 
 from .activations import (GELU, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, gate_activation,
                           in_place_op, shared_twin)
@@ -106,7 +110,7 @@ class _WithActivation(_Fused):
 
         Either way a chain's second layer still takes what the first
         published (the first layer's backward counts on it)."""
-        if torch.compiler.is_compiling():
+        if is_compiling():
             if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
                                                                       _needs_grad(x, self.weight, self.bias)):
                 return _FUSED
@@ -135,7 +139,8 @@ class _WithActivation(_Fused):
         use_gelu = addmm_epilogue(self.activation, x.dtype)
         if use_gelu is None or bias is None or not x.is_cuda or x.dim() == 0:
             return None
-        if torch.is_autocast_enabled("cuda") or type(x) is not torch.Tensor or _is_dtensor(weight):
+        if torch.is_autocast_enabled("cuda") or type(x) is not torch.Tensor or _is_dtensor(weight) or \
+                _is_dtensor(bias):
             return None
         return use_gelu
 
@@ -311,7 +316,7 @@ class LinearUp(_Fused, nn.Linear):
             return nn.functional.linear(x, self.weight, self.bias)
         # Under torch.compile, 1: Dynamo traces a product with it, which
         # Inductor removes (a multiply by 1 is one of its no-ops).
-        return 1 if torch.compiler.is_compiling() else APPLIED_BY_GATE
+        return 1 if is_compiling() else APPLIED_BY_GATE
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -446,7 +451,7 @@ class LinearPackedGlu(nn.Module):
         return (first, second) if self.gate_index == 0 else (second, first)
 
     def forward(self, x):
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return nn.functional.linear(x, self.weight, self.bias)
         gate_w, up_w = self._halves(self.weight)
         gate_b, up_b = self._halves(self.bias) if self.bias is not None else (None, None)
@@ -467,7 +472,7 @@ class PackedGluActivation(nn.Module):
         self.activation = activation
 
     def forward(self, x):
-        return self.activation(x) if torch.compiler.is_compiling() else x
+        return self.activation(x) if is_compiling() else x
 
 
 class GatedLinearAct(nn.Module):

@@ -126,6 +126,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep", type=int, default=100)
     p.add_argument("--warmup", type=int, default=25)
+    p.add_argument("--contenders", nargs="+", default=["eager", "eager_copy", "fused", "lean", "unchained"])
     p.add_argument("--guards", default=None, help="a folder for each contender's guard tree")
     args = p.parse_args()
     bench.compile_in_process()
@@ -134,6 +135,7 @@ def main():
         eager, fused, x, gy = models.build(args.case, "cuda", False)
         contenders = {"eager": eager, "eager_copy": copy.deepcopy(eager), "fused": fused,
                        "lean": variant(fused, LeanLinearAct), "unchained": variant(fused, UnchainedLinearAct)}
+        contenders = {n: m for n, m in contenders.items() if n in args.contenders}
         fns = {n: models.step_fn(torch.compile(models.own_frame(m, n)), x, gy, mode) for n, m in contenders.items()}
         graphs = {}
         for n, fn in fns.items():
