@@ -137,7 +137,9 @@ class _WithActivation(_Fused):
         where the GEMM and the activation were two: the host's time, which
         bounds these calls."""
         use_gelu = addmm_epilogue(self.activation, x.dtype)
-        if use_gelu is None or bias is None or not x.is_cuda or x.dim() == 0:
+        # K = 0 left to F.linear: ATen's addmm returns the bias there before
+        # any activation.
+        if use_gelu is None or bias is None or not x.is_cuda or x.dim() == 0 or x.shape[-1] == 0:
             return None
         if torch.is_autocast_enabled("cuda") or type(x) is not torch.Tensor or _is_dtensor(weight) or \
                 _is_dtensor(bias):
