@@ -242,6 +242,20 @@ def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclas
 
 @requires_cuda
 @pytest.mark.host_bound_policy
+@pytest.mark.parametrize("module", ["linear", "conv1d"])
+def test_host_bound_layer_without_input_features_cuda(module):
+    """K = 0 without a backward: act(bias) in every row (ATen's CUDA addmm,
+    which the epilogue path would call, returns the bias itself there)."""
+    fused = tga.LinearAct(0, 16, activation="relu", device="cuda") if module == "linear" else \
+        tga.Conv1DAct(16, 0, activation="relu", device="cuda")
+    with torch.no_grad():
+        fused.bias.copy_(torch.linspace(-1, 1, 16))
+        y = fused(torch.randn(4, 0, device="cuda"))
+    torch.testing.assert_close(y, torch.relu(fused.bias.detach()).expand(4, 16))
+
+
+@requires_cuda
+@pytest.mark.host_bound_policy
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("module", ["linear", "conv1d"])
 @pytest.mark.parametrize("activation", tga.ACTIVATIONS)
