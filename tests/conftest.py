@@ -3,6 +3,7 @@ import zlib
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_gemm_act.modules
 import torch_gemm_act.testing
@@ -11,6 +12,19 @@ HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+
+class OpNames(TorchDispatchMode):
+    """The ops (ATen's and ours) called under it, by overload name
+    (e.g. "mm.default")."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,6 +5,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_gemm_act as tga
+from conftest import OpNames
 from reference import (ACTIVATIONS, BIAS_KINDS, assert_close, linear_act_eager, make_bias,
                        random_operands, torch_twin)
 from torch_gemm_act.activations import GRAD_FROM_OUTPUT
@@ -95,16 +96,6 @@ def test_gradient_through_returned_preact(activation, uses, device):
     assert torch.autograd.gradcheck(fn, (a, b, bias))
 
 
-class _CountOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 def test_backward_does_no_work_for_unused_preact(activation, device):
     # Z is an output of the op but not the user's: its gradient must not be
@@ -114,7 +105,7 @@ def test_backward_does_no_work_for_unused_preact(activation, device):
     w = torch.randn(5, 8, device=device, requires_grad=True)
     bias = torch.randn(5, device=device, requires_grad=True)
     y = tga.linear_act(x, w, bias, activation)
-    with _CountOps() as ops:
+    with OpNames() as ops:
         torch.autograd.grad(y, (x, w, bias), torch.randn_like(y))
     passes = [n for n in ops.names if n in ("activation_backward.default", "activation_backward_.default")]
     assert len(passes) == 1, ops.names
@@ -130,7 +121,7 @@ def test_weight_gradient_needs_no_copy(device):
     y = layer(x)
     (gw,) = torch.autograd.grad(y, layer.weight, torch.randn_like(y))
     assert gw.stride() == layer.weight.stride()
-    with _CountOps() as ops:
+    with OpNames() as ops:
         layer(x).backward(torch.randn_like(y))
     assert not [n for n in ops.names if n.startswith(("clone", "copy", "_to_copy", "contiguous"))], ops.names
     # A [K, N] row-major b keeps its layout too.
