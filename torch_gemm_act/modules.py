@@ -269,7 +269,9 @@ class Conv1DAct(_WithActivation, nn.Module):
                 use_gelu = self._epilogue_of(x, weight, bias)
                 if use_gelu is not None:
                     return _addmm_activation(x, weight, bias, use_gelu)
-            y = torch.addmm(bias, x.reshape(-1, self.nx), weight).view(*x.shape[:-1], self.nf)
+            # Rows counted, not inferred: reshape cannot infer them when nx is 0.
+            rows = x.reshape(x.shape[:-1].numel(), self.nx)
+            y = torch.addmm(bias, rows, weight).view(*x.shape[:-1], self.nf)
             return y if self.activation == IDENTITY else self._activate(y, mode)
         # weight is [K, N] already: the GEMM's B without a transpose.
         return self._gemm(x, self.weight, self.bias)
