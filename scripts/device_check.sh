@@ -8,6 +8,10 @@
 # the CPU machine instead and carried along in build/:
 #   python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
 # setup.py reuses each object whose inputs are unchanged.
+# Where the tracked files and both families' objects pass the device's
+# transfer limit, carry them compressed and unpack them first:
+#   tar czf .deps/objs.tgz -C build/temp.linux-x86_64-cpython-312 sm90 sm80
+#   (there) tar xzf .deps/objs.tgz -C build/temp.linux-x86_64-cpython-312
 # Measurement steps (not run unless named): models (bench/models.py;
 # MODELS_ARGS, e.g. "--rounds 3"), host (the lab's host-time diagnostics),
 # and the lab's sweep, clock, mmkernels, ncu, hotspots, launch.
