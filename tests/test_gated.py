@@ -12,7 +12,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_gemm_act as tga
 from torch_gemm_act import functional
-from conftest import requires_cuda
+from conftest import OpNames, requires_cuda
 from reference import assert_close, torch_twin
 
 GATED = list(tga.GATED)
@@ -345,3 +345,26 @@ def test_packed_glu_module_errors():
         tga.LinearPackedGlu(4, 8)(torch.randn(2, 4)).chunk(3, dim=-1)
     with pytest.raises(TypeError, match="got LinearAct"):
         tga.LinearPackedGlu.from_linear(tga.LinearAct(4, 8))
+
+
+@pytest.mark.host_bound_policy
+@pytest.mark.parametrize("packed", [False, True])
+def test_fused_gated_mlp_on_the_cpu_runs_atens_ops(packed):
+    """On the CPU the fused gated modules run the ops of the modules they
+    replaced (the gated operator's CPU kernel is the reference, slower than
+    ATen's), and compute what those compute bit for bit, forward and
+    backward."""
+    eager = (_PackedGlu(nn.SiLU, gate_last=True) if packed else _LlamaMLP(16, 24)).double()
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    assert any(isinstance(m, (tga.LinearPackedGlu, tga.LinearGate)) for m in fused.modules())
+    x = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    with OpNames() as calls:
+        y = fused(x)
+    assert not any(name.startswith("gemm_act") for name in calls.names), calls.names
+    want = eager(x)
+    assert torch.equal(y, want)
+    gy = torch.randn_like(y)
+    params = list(fused.parameters())
+    for g, w in zip(torch.autograd.grad(y, [x] + params, gy),
+                    torch.autograd.grad(want, [x] + list(eager.parameters()), gy)):
+        assert torch.equal(g, w)

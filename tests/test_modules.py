@@ -210,7 +210,7 @@ def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclas
             self.names.append(getattr(func, "__name__", str(func)))
             return func(*args, **(kwargs or {}))
 
-    monkeypatch.setattr(tga.modules, "host_bound", lambda x, n: True)
+    monkeypatch.setattr(tga.modules, "runs_atens_ops", lambda x, n: True)
     fused = tga.LinearAct(8, 16, activation=activation, dtype=torch.float64)
     twin = tga.activations.torch_module(activation)
     x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
@@ -225,6 +225,43 @@ def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclas
     want = torch.autograd.grad(expected, (x, fused.weight, fused.bias), gy)
     for g, w in zip(got, want):
         torch.testing.assert_close(g.as_subclass(torch.Tensor), w)
+
+
+@pytest.mark.host_bound_policy
+@pytest.mark.parametrize("module", ["linear", "conv1d"])
+@pytest.mark.parametrize("activation", tga.ACTIVATIONS)
+def test_layers_on_the_cpu_run_atens_ops(activation, module):
+    """On the CPU a fused layer in eager mode runs the ops of the modules it
+    replaced at any size (the operator's CPU kernel is the reference, slower
+    than ATen's vectorised activations), and computes what they compute bit
+    for bit, with and without a backward; a chain of layers as well."""
+    k, n = 32, 48
+    kwargs = {"activation": activation, "negative_slope": 0.2, "dtype": torch.float64}
+    fused = tga.LinearAct(k, n, **kwargs) if module == "linear" else tga.Conv1DAct(n, k, **kwargs)
+    twin = tga.activations.torch_module(activation, 0.2)
+    weight = fused.weight if module == "linear" else fused.weight.t()
+    x = torch.randn(3, 5, k, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad(), OpNames() as calls:
+        y = fused(x)
+    assert not any(name.startswith("gemm_act") for name in calls.names), calls.names
+    assert torch.equal(y, twin(nn.functional.linear(x, weight, fused.bias)))
+    with OpNames() as calls:
+        y = fused(x)
+    assert not any(name.startswith("gemm_act") for name in calls.names), calls.names
+    eager = twin(nn.functional.linear(x, weight, fused.bias))
+    assert torch.equal(y, eager)
+    gy = torch.randn_like(y)
+    for g, e in zip(torch.autograd.grad(y, (x, fused.weight, fused.bias), gy),
+                    torch.autograd.grad(eager, (x, fused.weight, fused.bias), gy)):
+        assert torch.equal(g, e)
+
+    model = nn.Sequential(nn.Linear(k, n), twin, nn.Linear(n, k)).double()
+    reference = copy.deepcopy(model)
+    tga.fuse_linear_act(model)
+    with OpNames() as calls:
+        y = model(x)
+    assert not any(name.startswith("gemm_act") for name in calls.names), calls.names
+    assert torch.equal(y, reference(x))
 
 
 @requires_cuda

@@ -158,6 +158,25 @@ def host_bound(x, n):
     return not torch.compiler.is_compiling() and x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
 
 
+def runs_atens_ops(x, n):
+    """Whether a fused module's layer taking x ([..., K]) to n columns runs
+    ATen's ops, the replaced modules' own, rather than the operator, in
+    eager mode: where it is host-bound on CUDA (host_bound), and always on
+    the CPU, where the operator's kernel is the reference (ATen's GEMM, then
+    a scalar pass per element) that ATen's vectorised activations outrun
+    (the small fp32 MLP on 2 cores, through the operator: relu 1.02-1.27 x
+    eager, gelu 3.8-5.3 x; lab/diag/cpu_modules.py)."""
+    return host_bound(x, n) or cpu_eager(x)
+
+
+def cpu_eager(x):
+    """Whether x is a CPU tensor outside torch.compile: where the fused
+    modules, gated ones included, run ATen's ops (the gated operator's CPU
+    kernel too is a reference: Llama's and timm's gated MLPs at 512 x 256 x
+    704 on 2 cores, through it, 1.29-1.49 x eager)."""
+    return x.is_cpu and not torch.compiler.is_compiling()
+
+
 def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.
     if return_preact:

@@ -13,7 +13,7 @@ from .activations import (GELU, IDENTITY, USES_SLOPE, addmm_epilogue, check_acti
                           in_place_op, shared_twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
-                         gated_linear_act, gemm_act, host_bound)
+                         cpu_eager, gated_linear_act, gemm_act, runs_atens_ops)
 
 
 def _linear_parameters(module, in_features, out_features, bias, factory):
@@ -104,6 +104,8 @@ class _WithActivation(_Fused):
         model read 0.999 and 0.999). ATen's ops cost the host what eager's
         modules do.
 
+        On the CPU, always (functional.runs_atens_ops).
+
         With no backward to record, a relu layer (or a half-precision
         tanh GELU one) with a bias runs one op where eager ran two
         (_epilogue_of).
@@ -115,7 +117,7 @@ class _WithActivation(_Fused):
                                                                       _needs_grad(x, self.weight, self.bias)):
                 return _FUSED
             mode = _TRACED
-        elif host_bound(x, n):
+        elif runs_atens_ops(x, n):
             mode = _EAGER
         else:
             return _FUSED
@@ -384,6 +386,9 @@ class LinearGate(_Fused, nn.Linear):
                                  f"{'a DTensor' if sharded[0] else 'a plain tensor'} and the up projection's "
                                  f"{'a DTensor' if sharded[1] else 'a plain tensor'}")
             return shared_twin(gate_activation(self.activation))(nn.functional.linear(x, self.weight, self.bias))
+        if cpu_eager(x):  # the replaced modules' own ops
+            gate = nn.functional.linear(x, self.weight, self.bias)
+            return shared_twin(gate_activation(self.activation))(gate) * nn.functional.linear(x, up.weight, up.bias)
         return gated_linear_act(x, self.weight, up.weight, self.bias, up.bias, self.activation)
 
     def extra_repr(self):
@@ -447,16 +452,20 @@ class LinearPackedGlu(nn.Module):
                      activation=activation, gate_index=gate_index, device="meta")
         return _share_parameters(module, linear)
 
-    def _halves(self, t):
-        # One split, not two slices: its backward writes the parameter's
-        # gradient once (a cat of the halves'), where each slice's would
-        # write a zero-filled full-size gradient, then both be added.
-        first, second = t.split(t.shape[0] // 2)
+    def _halves(self, t, dim=0):
+        """(gate, up) halves of t along dim. One split, not two slices: its
+        backward writes the gradient once (a cat of the halves'), where each
+        slice's would write a zero-filled full-size gradient, then both be
+        added."""
+        first, second = t.split(t.shape[dim] // 2, dim)
         return (first, second) if self.gate_index == 0 else (second, first)
 
     def forward(self, x):
         if is_compiling():
             return nn.functional.linear(x, self.weight, self.bias)
+        if cpu_eager(x):  # the replaced modules' own ops: one GEMM, split, gated
+            gate, up = self._halves(nn.functional.linear(x, self.weight, self.bias), dim=-1)
+            return PackedHalves(shared_twin(gate_activation(self.activation))(gate) * up)
         gate_w, up_w = self._halves(self.weight)
         gate_b, up_b = self._halves(self.bias) if self.bias is not None else (None, None)
         return PackedHalves(gated_linear_act(x, gate_w, up_w, gate_b, up_b, self.activation))
