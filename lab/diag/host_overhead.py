@@ -2,12 +2,13 @@
 the host to be the bottleneck: what the dispatcher, the checks, autograd and
 the launch path cost, and (--profile) which calls the time goes to.
 
-    python lab/diag/host_overhead.py [--size 1000] [--calls 2000] [--profile [NAME ...]]
-                                     [--engine-threads]
+    python lab/diag/host_overhead.py [--size 1000 | --shape M,K,N] [--dtype bfloat16]
+                                     [--activation gelu] [--calls 2000]
+                                     [--profile [NAME ...]] [--engine-threads]
 
 Prints the median over 7 repetitions of the wall time per call (the GPU
 synchronised once per repetition) for inference and forward + backward, for
-eager F.linear + gelu, linear_act under the dispatch rule and with each
+eager F.linear + the activation, linear_act under the dispatch rule and with each
 CUDA backend forced, and for the pieces a call is made of. --profile adds
 torch.profiler's table of host time per operator and CUDA API call for the
 named contenders' forward + backward (default: eager and linear_act).
@@ -56,26 +57,31 @@ def profile(name, fn, calls):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=1000, help="M = K = N")
+    p.add_argument("--shape", default=None, help="M,K,N (instead of --size)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--activation", default="gelu", help="one of torch_gemm_act.ACTIVATIONS")
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--profile", nargs="*", default=None, metavar="NAME",
                    help="contenders to profile (none named: eager and linear_act)")
     p.add_argument("--engine-threads", action="store_true",
                    help="also time the forward alone and the backward on the calling thread")
     args = p.parse_args()
-    n = args.size
-    dt = torch.bfloat16
-    a = torch.randn(n, n, device="cuda", dtype=dt)
-    w = torch.randn(n, n, device="cuda", dtype=dt) * n ** -0.5
+    m, k, n = (int(v) for v in args.shape.split(",")) if args.shape else (args.size,) * 3
+    dt = getattr(torch, args.dtype)
+    act = args.activation
+    a = torch.randn(m, k, device="cuda", dtype=dt)
+    w = torch.randn(n, k, device="cuda", dtype=dt) * k ** -0.5
     b = torch.randn(n, device="cuda", dtype=dt)
     ag, wg, bg = (t.clone().requires_grad_() for t in (a, w, b))
-    gy = torch.randn(n, n, device="cuda", dtype=dt)
+    gy = torch.randn(m, n, device="cuda", dtype=dt)
     ins = (ag, wg, bg)
+    twin = tga.activations.shared_twin(act)
 
     def eager(x, wt, bias):
-        return F.gelu(F.linear(x, wt, bias))
+        return twin(F.linear(x, wt, bias))
 
     def ours(x, wt, bias):
-        return tga.linear_act(x, wt, bias)
+        return tga.linear_act(x, wt, bias, activation=act)
 
     def forced(backend):
         def run(x, wt, bias):
@@ -93,16 +99,17 @@ def main():
 
     op = torch.ops.gemm_act.gemm_act.default
     ab = torch.ops.gemm_act.activation_backward.default
-    z = torch.randn(n, n, device="cuda", dtype=dt)
+    z = torch.randn(m, n, device="cuda", dtype=dt)
     pieces = {
         "torch.mm": lambda: torch.mm(a, w.t()),
-        "gemm_act op (no Z)": lambda: op(a, w.t(), b, None, "gelu", 1.0, 0.0, 0.01, False),
-        "gemm_act op (Z)": lambda: op(a, w.t(), b, None, "gelu", 1.0, 0.0, 0.01, True),
-        "activation_backward op": lambda: ab(gy, z, b, "gelu", 0.01),
-        "F.gelu": lambda: F.gelu(a),
-        "torch.ops.aten.gelu_backward": lambda: torch.ops.aten.gelu_backward(gy, z),
+        "F.linear": lambda: F.linear(a, w, b),
+        "gemm_act op (no Z)": lambda: op(a, w.t(), b, None, act, 1.0, 0.0, 0.01, False),
+        "gemm_act op (Z)": lambda: op(a, w.t(), b, None, act, 1.0, 0.0, 0.01, True),
+        "activation_backward op": lambda: ab(gy, z, b, act, 0.01),
+        "activation module": lambda: twin(z),
+        "z.sum(0)": lambda: z.sum(0),
     }
-    print(f"M = K = N = {n}, bf16, gelu, bias per column; us per call (wall, host-bound)")
+    print(f"M, K, N = {m}, {k}, {n}, {args.dtype}, {act}, bias per column; us per call (wall, host-bound)")
     print(f"{'contender':28s} {'inference':>10s} {'fwd+bwd':>10s}")
     for name, f in contenders.items():
         def inference(f=f):

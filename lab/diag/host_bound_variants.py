@@ -1,0 +1,101 @@
+"""A host-bound case of bench/models.py (the small fp32 MLP by default) as
+the fused model builds it and in variants of it, all timed in turns with
+the eager model and a copy of it (bench.time_in_turns), eager mode and
+compiled, inference and training step:
+
+- fused: fuse_linear_act as it is;
+- unchained: its relu-family pairs not linked to the Linear after them,
+  which stays a plain nn.Linear (a relu layer never chains on CUDA:
+  chain.chains);
+- unchained_op: unchained, its fused layers through the operator (the C++
+  autograd node: one launch forward, dZ and the bias gradient in one
+  backward pass) where the host-bound rule would run ATen's ops.
+
+    python lab/diag/host_bound_variants.py [--case small_mlp_fp32] [--rounds 5] [--no-compile]
+                                           [--cpu-dry-run]
+"""
+
+import argparse
+import copy
+import os
+import sys
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+
+import bench  # noqa: E402
+import models  # noqa: E402
+
+from torch_gemm_act import modules  # noqa: E402
+from torch_gemm_act.activations import GRAD_FROM_OUTPUT  # noqa: E402
+
+
+def unchained(fused):
+    """A copy of fused whose relu-family layers link to no Linear after them;
+    that Linear is a plain nn.Linear again (the same parameters)."""
+    model = copy.deepcopy(fused)
+    for parent in model.modules():
+        for name, child in list(parent.named_children()):
+            link = getattr(child, "_chain_in", None)
+            if link is None or not isinstance(child, modules.LinearAct):
+                continue
+            first = next(m for m in model.modules() if getattr(m, "_chain_out", None) is link)
+            if first.activation not in GRAD_FROM_OUTPUT:
+                continue
+            first._chain_out = None
+            plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
+            plain.weight, plain.bias = child.weight, child.bias
+            parent._modules[name] = plain
+    return model
+
+
+def through_operator(model):
+    """model, its fused layers calling the operator in eager mode at any size."""
+    for m in model.modules():
+        if isinstance(m, modules.LinearAct):
+            m._unfused_mode = lambda x, n, m=m: modules._FUSED if not torch.compiler.is_compiling() \
+                else type(m)._unfused_mode(m, x, n)
+    return model
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", default="small_mlp_fp32", choices=sorted(models.CASES))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rep", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=25)
+    p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--cpu-dry-run", action="store_true", help="the plumbing only, tiny sizes on the CPU")
+    args = p.parse_args()
+    device = "cpu" if args.cpu_dry_run else "cuda"
+    print(f"{'case':16s} {'mode':10s} {'compiled':8s} " + " ".join(f"{n:>12s}" for n in
+                                                                ("eager ms", "copy", "fused", "unchained",
+                                                                 "unchained_op")))
+    for compiled in (False,) if args.no_compile else (False, True):
+        for mode in ("inference", "training"):
+            eager, fused, x, gy = models.build(args.case, device, args.cpu_dry_run)
+            variants = {"eager": eager, "copy": copy.deepcopy(eager), "fused": fused,
+                        "unchained": unchained(fused)}
+            if not compiled:
+                variants["unchained_op"] = through_operator(unchained(fused))
+            else:
+                bench.compile_in_process()
+                torch.compiler.reset()
+                variants = {n: torch.compile(models.own_frame(m, n)) for n, m in variants.items()}
+            fns = {n: models.step_fn(m, x, gy, mode) for n, m in variants.items()}
+            ref = fns["eager"]()
+            for n, fn in fns.items():
+                err = max(models.rel_err(g, r) for g, r in zip(fn(), ref))
+                assert err <= models.TOLERANCE[models.CASES[args.case][5]], (n, err)
+            timed = bench.time_in_turns(fns, args, device)
+            base = timed["eager"][0]
+            cells = [f"{base:12.3f}"] + [f"{timed[n][0] / base:11.3f}x" if n in timed else f"{'-':>12s}"
+                                         for n in ("copy", "fused", "unchained", "unchained_op")]
+            print(f"{args.case:16s} {mode:10s} {str(compiled):8s} " + " ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
