@@ -97,9 +97,10 @@ def test_compiled_fused_model_does_not_recompile_across_batch_sizes(device):
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
                                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
-    # Two pairs, each chained to the Linear after it (a LinearAct "none").
+    # The gelu pair chained to the Linear after it (a LinearAct "none"); the
+    # relu pair on no chain (chain.links), its Linear left plain.
     assert [m.activation for m in fused.modules() if isinstance(m, tga.LinearAct)] == \
-        ["gelu", "none", "relu", "none"]
+        ["gelu", "none", "relu"]
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
     compiled_after_first = None
@@ -146,13 +147,44 @@ def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(
                                 torch.nn.Linear(16, 32), torch.nn.GELU(approximate="tanh"),
                                 torch.nn.Linear(32, 8)).to(device)
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
-    assert sum(isinstance(m, tga.LinearAct) for m in fused.modules()) == 4
+    assert sum(isinstance(m, tga.LinearAct) for m in fused.modules()) == 3  # the relu pair unlinked
 
     x = torch.randn(5, 16, device=device)
     fused_calls, out = _graph_calls(fused, x)
     eager_calls, expected = _graph_calls(eager, x)
     assert fused_calls == eager_calls
     assert_close(out, expected, torch.float32)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_inference_relu_layer_is_one_addmm_activation_cuda(monkeypatch, dtype):
+    """Compiled with no grad, a relu layer with a bias that takes the
+    unfused path (exact fp32) traces as torch._addmm_activation, one
+    cuBLASLt call that Inductor keeps as it is, where compiled eager runs
+    the GEMM and a kernel of its own for the relu; in bf16 it keeps the
+    operator. Either way one frame serves every batch size, with eager's
+    values."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    eager = eager.to(device="cuda", dtype=dtype)
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    x = torch.randn(5, 16, device="cuda", dtype=dtype)
+    calls, out = _graph_calls(fused, x, grad=False)
+    with torch.no_grad():
+        assert_close(out, eager(x), dtype)
+    assert any("_addmm_activation" in c for c in calls) == (dtype == torch.float32), calls
+    assert any("gemm_act" in c for c in calls) == (dtype != torch.float32), calls
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        for batch in (8, 13, 40):
+            x = torch.randn(batch, 16, device="cuda", dtype=dtype)
+            assert_close(compiled(x), eager(x), dtype)
+    assert counter.frame_count == 1
 
 
 @pytest.mark.parametrize("grad", [False, True])

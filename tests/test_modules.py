@@ -79,34 +79,39 @@ def test_fuse_linear_act_keeps_outputs(device):
     returned = tga.fuse_linear_act(model)
     assert returned is model
     kinds = [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)]
-    # The Linear after Sigmoid becomes the second layer of a chain ("none").
-    assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid", "none"]
-    assert sum(type(m) is nn.Linear for m in model.modules()) == 1
+    # Sigmoid's derivative comes from Y: the Linear after it is on no chain
+    # and stays plain (chain.links), as does the one after the Dropout.
+    assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid"]
+    assert sum(type(m) is nn.Linear for m in model.modules()) == 2
     assert set(model.state_dict()) == keys
     assert_close(model(x), expected, torch.float64)
 
 
 def test_fuse_linear_act_chains_mlp_layers(device):
     """Linear -> act -> Linear: the two fused layers are chained (their
-    backward fused across them), and training computes what the unfused
-    model does, gradients included."""
+    backward fused across them) where act' needs Z (gelu, gelu_tanh, silu),
+    not where it comes from Y (relu, leaky_relu, tanh, sigmoid: chain.links),
+    and training computes what the unfused model does, gradients included."""
     model = _mlp().to(device).double()
     reference = copy.deepcopy(model)
     _, report = tga.fuse_linear_act(model, report=True)
-    assert sorted(report.chained) == [("0", "2"), ("4.0", "4.2"), ("5", "7"), ("7", "9"), ("9", "11")]
+    assert sorted(report.chained) == [("0", "2"), ("5", "7")]
     assert "chained 0 -> 2" in str(report)
+    for first in (model[4][0], model[4][2], model[7], model[9]):
+        assert first._chain_out is None
+    assert model[4][2]._chain_in is None and type(model[11]) is nn.Linear
     x = torch.randn(5, 8, dtype=torch.float64, device=device, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
     grad = torch.randn(5, 4, dtype=torch.float64, device=device)
     nodes = []
-    model[11].register_forward_hook(
+    model[7].register_forward_hook(
         lambda m, args, out: nodes.append(out.grad_fn.name() if out.grad_fn else None))
     model(x).backward(grad)
     # On CUDA, float64 has no fused kernel to chain through: each layer alone.
     assert ("GemmActChainedFunction" in nodes[0]) == (device == "cpu"), nodes[0]
     with torch.no_grad():  # nothing to differentiate: each layer alone, nothing published
         model(x)
-    assert nodes[1] is None and model[9]._chain_out.y is None
+    assert nodes[1] is None and model[5]._chain_out.y is None
     reference(x_ref).backward(grad)
     assert_close(x.grad, x_ref.grad, torch.float64)
     for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):

@@ -17,8 +17,8 @@ shares with the second, which takes Z1 when its input *is* that Y1. Nothing
 else depends on the hand-over: when the second layer's input is anything
 else (or the first layer did not publish), both compute and differentiate
 as they would alone. ``fuse_linear_act`` sets the links where the model's
-data flow shows Y1 feeding only the second Linear; ``linear_act_linear`` is
-the same computation as a function.
+data flow shows Y1 feeding only the second Linear and act' needs Z1
+(``links``); ``linear_act_linear`` is the same computation as a function.
 """
 
 import copy
@@ -86,6 +86,18 @@ def _differentiated(x, b, bias):
     return type(x) in _PLAIN and type(b) in _PLAIN and _needs_grad(x, b, bias)
 
 
+def links(activation):
+    """Whether fuse_linear_act links a fused layer with `activation` to the
+    Linear its output feeds: where the activation's derivative needs Z. One
+    taking it from Y never chains on CUDA (``chains``), and on the CPU
+    nothing is fused; the link would only make that Linear a fused module,
+    with a fused module's host time and guards under torch.compile (the
+    small fp32 MLP, relu, H200: inference 1.024 x eager linked, 0.977 with
+    the second Linear left plain; compiled 1.036 and 1.013;
+    lab/diag/host_bound_variants.py)."""
+    return activation not in GRAD_FROM_OUTPUT
+
+
 def chains(x, activation):
     """Whether a layer with `activation` on x chains to the next: on the CPU
     always (nothing there is fused, but the chain's numerics are tested
@@ -100,7 +112,7 @@ def chains(x, activation):
     if not x.is_cuda:
         return True
     # Elsewhere gemm_dact is the GEMM and a pass: nothing saved over the layers' own backward.
-    return activation not in GRAD_FROM_OUTPUT and hopper_fused(x)
+    return links(activation) and hopper_fused(x)
 
 
 def chain_pays(x, b, bias, activation, any_size=False, b_is_weight=False):

@@ -108,7 +108,7 @@ class _WithActivation(_Fused):
 
         With no backward to record, a relu layer (or a half-precision
         tanh GELU one) with a bias runs one op where eager ran two
-        (_epilogue_of).
+        (_epilogue_of), in eager mode or traced.
 
         Either way a chain's second layer still takes what the first
         published (the first layer's backward counts on it)."""
@@ -130,14 +130,16 @@ class _WithActivation(_Fused):
         return mode
 
     def _epilogue_of(self, x, weight, bias):
-        """use_gelu where this unfused call in eager mode, made with grad
-        mode off (the op has no autograd; the caller checks, which costs a
-        training step's calls least), is torch._addmm_activation, else
-        None: on CUDA, with a bias and an activation cuBLASLt applies in the
-        GEMM's epilogue (activations.addmm_epilogue), on plain tensors
-        outside autocast (whose casts F.linear takes). One op and one launch
-        where the GEMM and the activation were two: the host's time, which
-        bounds these calls."""
+        """use_gelu where this unfused call, made with grad mode off (the op
+        has no autograd; the caller checks, which costs a training step's
+        calls least), is torch._addmm_activation, else None: on CUDA, with a
+        bias and an activation cuBLASLt applies in the GEMM's epilogue
+        (activations.addmm_epilogue), on plain tensors outside autocast
+        (whose casts F.linear takes). One op and one launch where the GEMM
+        and the activation were two: in eager mode the host's time, which
+        bounds these calls; traced, Inductor keeps the op as it is (an
+        extern call) where it would launch the GEMM and a kernel of its own
+        for the activation."""
         use_gelu = addmm_epilogue(self.activation, x.dtype)
         # K = 0 left to F.linear: ATen's addmm returns the bias there before
         # any activation.
@@ -216,7 +218,7 @@ class LinearAct(_WithActivation, nn.Linear):
         mode = self._unfused_mode(x, self.out_features)
         if mode:
             weight, bias = self.weight, self.bias
-            if mode == _EAGER and not torch.is_grad_enabled():
+            if not torch.is_grad_enabled():
                 use_gelu = self._epilogue_of(x, weight, bias)
                 if use_gelu is not None:
                     return _addmm_activation(x, weight.t(), bias, use_gelu)
@@ -267,7 +269,7 @@ class Conv1DAct(_WithActivation, nn.Module):
         mode = self._unfused_mode(x, self.nf)
         if mode:  # Conv1D's own formula
             weight, bias = self.weight, self.bias
-            if mode == _EAGER and not torch.is_grad_enabled():
+            if not torch.is_grad_enabled():
                 use_gelu = self._epilogue_of(x, weight, bias)
                 if use_gelu is not None:
                     return _addmm_activation(x, weight, bias, use_gelu)

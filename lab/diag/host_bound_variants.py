@@ -4,12 +4,12 @@ the eager model and a copy of it (bench.time_in_turns), eager mode and
 compiled, inference and training step:
 
 - fused: fuse_linear_act as it is;
-- unchained: its relu-family pairs not linked to the Linear after them,
-  which stays a plain nn.Linear (a relu layer never chains on CUDA:
-  chain.chains);
-- unchained_op: unchained, its fused layers through the operator (the C++
-  autograd node: one launch forward, dZ and the bias gradient in one
-  backward pass) where the host-bound rule would run ATen's ops.
+- linked: each relu-family layer linked to the Linear after it, as
+  fuse_linear_act did before session 50 (that Linear a LinearAct with no
+  activation, on a ChainLink; chain.links);
+- fused_op: the fused layers through the operator (the C++ autograd node:
+  one launch forward, dZ and the bias gradient in one backward pass) where
+  the host-bound rule runs ATen's ops.
 
     python lab/diag/host_bound_variants.py [--case small_mlp_fp32] [--rounds 5] [--no-compile]
                                            [--cpu-dry-run]
@@ -30,25 +30,23 @@ import bench  # noqa: E402
 import models  # noqa: E402
 
 from torch_gemm_act import modules  # noqa: E402
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT  # noqa: E402
+from torch_gemm_act.activations import GRAD_FROM_OUTPUT, IDENTITY  # noqa: E402
+from torch_gemm_act.chain import ChainLink  # noqa: E402
 
 
-def unchained(fused):
-    """A copy of fused whose relu-family layers link to no Linear after them;
-    that Linear is a plain nn.Linear again (the same parameters)."""
+def linked(fused):
+    """A copy of fused (an nn.Sequential) whose relu-family layers are linked
+    to the plain Linear after them (past the activation's Identity), that
+    Linear made a LinearAct with no activation sharing its parameters."""
     model = copy.deepcopy(fused)
-    for parent in model.modules():
-        for name, child in list(parent.named_children()):
-            link = getattr(child, "_chain_in", None)
-            if link is None or not isinstance(child, modules.LinearAct):
-                continue
-            first = next(m for m in model.modules() if getattr(m, "_chain_out", None) is link)
-            if first.activation not in GRAD_FROM_OUTPUT:
-                continue
-            first._chain_out = None
-            plain = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
-            plain.weight, plain.bias = child.weight, child.bias
-            parent._modules[name] = plain
+    names = list(model._modules)
+    for i, name in enumerate(names[:-2]):
+        first, second = model._modules[name], model._modules[names[i + 2]]
+        if isinstance(first, modules.LinearAct) and first.activation in GRAD_FROM_OUTPUT and \
+                type(second) is nn.Linear:
+            second = modules.LinearAct.from_linear(second, IDENTITY)
+            model._modules[names[i + 2]] = second
+            first._chain_out = second._chain_in = ChainLink()
     return model
 
 
@@ -72,15 +70,14 @@ def main():
     args = p.parse_args()
     device = "cpu" if args.cpu_dry_run else "cuda"
     print(f"{'case':16s} {'mode':10s} {'compiled':8s} " + " ".join(f"{n:>12s}" for n in
-                                                                ("eager ms", "copy", "fused", "unchained",
-                                                                 "unchained_op")))
+                                                                ("eager ms", "copy", "fused", "linked",
+                                                                 "fused_op")))
     for compiled in (False,) if args.no_compile else (False, True):
         for mode in ("inference", "training"):
             eager, fused, x, gy = models.build(args.case, device, args.cpu_dry_run)
-            variants = {"eager": eager, "copy": copy.deepcopy(eager), "fused": fused,
-                        "unchained": unchained(fused)}
+            variants = {"eager": eager, "copy": copy.deepcopy(eager), "fused": fused, "linked": linked(fused)}
             if not compiled:
-                variants["unchained_op"] = through_operator(unchained(fused))
+                variants["fused_op"] = through_operator(copy.deepcopy(fused))
             else:
                 bench.compile_in_process()
                 torch.compiler.reset()
@@ -93,7 +90,7 @@ def main():
             timed = bench.time_in_turns(fns, args, device)
             base = timed["eager"][0]
             cells = [f"{base:12.3f}"] + [f"{timed[n][0] / base:11.3f}x" if n in timed else f"{'-':>12s}"
-                                         for n in ("copy", "fused", "unchained", "unchained_op")]
+                                         for n in ("copy", "fused", "linked", "fused_op")]
             print(f"{args.case:16s} {mode:10s} {str(compiled):8s} " + " ".join(cells), flush=True)
 
 
