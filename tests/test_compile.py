@@ -163,8 +163,8 @@ def test_compiled_inference_relu_layer_is_one_addmm_activation_cuda(monkeypatch,
     unfused path (exact fp32) traces as torch._addmm_activation, one
     cuBLASLt call that Inductor keeps as it is, where compiled eager runs
     the GEMM and a kernel of its own for the relu; in bf16 it keeps the
-    operator. Either way one frame serves every batch size, with eager's
-    values."""
+    operator. Either way no batch size compiles again after the first
+    call, and the values are eager's."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
@@ -180,11 +180,15 @@ def test_compiled_inference_relu_layer_is_one_addmm_activation_cuda(monkeypatch,
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(fused, backend=counter, fullgraph=True, dynamic=True)
+    after_first = None
     with torch.no_grad():
         for batch in (8, 13, 40):
             x = torch.randn(batch, 16, device="cuda", dtype=dtype)
             assert_close(compiled(x), eager(x), dtype)
-    assert counter.frame_count == 1
+            # Through the operator the first call may compile twice (dynamo
+            # restarts once to specialise its float arguments).
+            after_first = after_first or counter.frame_count
+    assert counter.frame_count == after_first
 
 
 @pytest.mark.parametrize("grad", [False, True])
