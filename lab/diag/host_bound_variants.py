@@ -7,6 +7,8 @@ compiled, inference and training step:
 - linked: each relu-family layer linked to the Linear after it, as
   fuse_linear_act did before session 50 (that Linear a LinearAct with no
   activation, on a ChainLink; chain.links);
+- out_of_place: fused, its relu-family layers' activation out of place
+  where autograd records it (in place only without a backward);
 - fused_op: the fused layers through the operator (the C++ autograd node:
   one launch forward, dZ and the bias gradient in one backward pass) where
   the host-bound rule runs ATen's ops.
@@ -30,7 +32,7 @@ import bench  # noqa: E402
 import models  # noqa: E402
 
 from torch_gemm_act import modules  # noqa: E402
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT, IDENTITY  # noqa: E402
+from torch_gemm_act.activations import GRAD_FROM_OUTPUT, IDENTITY, shared_twin  # noqa: E402
 from torch_gemm_act.chain import ChainLink  # noqa: E402
 
 
@@ -47,6 +49,16 @@ def linked(fused):
             second = modules.LinearAct.from_linear(second, IDENTITY)
             model._modules[names[i + 2]] = second
             first._chain_out = second._chain_in = ChainLink()
+    return model
+
+
+def out_of_place(model):
+    """model, its fused layers computing the activation out of place where
+    y requires grad (the in-place op only without a backward)."""
+    for m in model.modules():
+        if isinstance(m, modules.LinearAct):
+            m._activate = lambda y, mode, m=m: (shared_twin(m.activation, m.negative_slope).forward(y)
+                                                if y.requires_grad else type(m)._activate(m, y, mode))
     return model
 
 
@@ -69,14 +81,14 @@ def main():
     p.add_argument("--cpu-dry-run", action="store_true", help="the plumbing only, tiny sizes on the CPU")
     args = p.parse_args()
     device = "cpu" if args.cpu_dry_run else "cuda"
-    print(f"{'case':16s} {'mode':10s} {'compiled':8s} " + " ".join(f"{n:>12s}" for n in
-                                                                ("eager ms", "copy", "fused", "linked",
-                                                                 "fused_op")))
+    columns = ("copy", "fused", "linked", "out_of_place", "fused_op")
+    print(f"{'case':16s} {'mode':10s} {'compiled':8s} {'eager ms':>12s} " + " ".join(f"{n:>12s}" for n in columns))
     for compiled in (False,) if args.no_compile else (False, True):
         for mode in ("inference", "training"):
             eager, fused, x, gy = models.build(args.case, device, args.cpu_dry_run)
             variants = {"eager": eager, "copy": copy.deepcopy(eager), "fused": fused, "linked": linked(fused)}
             if not compiled:
+                variants["out_of_place"] = out_of_place(copy.deepcopy(fused))
                 variants["fused_op"] = through_operator(copy.deepcopy(fused))
             else:
                 bench.compile_in_process()
@@ -90,7 +102,7 @@ def main():
             timed = bench.time_in_turns(fns, args, device)
             base = timed["eager"][0]
             cells = [f"{base:12.3f}"] + [f"{timed[n][0] / base:11.3f}x" if n in timed else f"{'-':>12s}"
-                                         for n in ("copy", "fused", "linked", "fused_op")]
+                                         for n in columns]
             print(f"{args.case:16s} {mode:10s} {str(compiled):8s} " + " ".join(cells), flush=True)
 
 
