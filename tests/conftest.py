@@ -37,15 +37,15 @@ def _poison_outputs():
 
 @pytest.fixture(autouse=True)
 def _fused_modules_at_any_size(request, monkeypatch):
-    # In eager mode a fused module runs ATen's ops where its layer is
-    # host-bound on CUDA, and on the CPU (functional.runs_atens_ops;
-    # functional.cpu_eager for the gated ones). The tests check the fused
+    # A fused module runs ATen's ops where its layer is
+    # host-bound on CUDA (functional.runs_atens_ops), and on the CPU, eager
+    # or compiled (functional.cpu_atens). The tests check the fused
     # operator through the modules at small sizes and on the CPU, so there
     # it runs everywhere, except in tests marked host_bound_policy, which
     # check the rule itself.
     if request.node.get_closest_marker("host_bound_policy") is None:
         monkeypatch.setattr(torch_gemm_act.modules, "runs_atens_ops", lambda x, n: False)
-        monkeypatch.setattr(torch_gemm_act.modules, "cpu_eager", lambda x: False)
+        monkeypatch.setattr(torch_gemm_act.functional, "cpu_atens", lambda x: False)
     yield
 
 

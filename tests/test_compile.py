@@ -156,6 +156,32 @@ def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(
     assert_close(out, expected, torch.float32)
 
 
+@pytest.mark.host_bound_policy
+@pytest.mark.parametrize("grad", [False, True])
+def test_compiled_on_the_cpu_is_atens_formula(grad):
+    """Compiled on the CPU, the fused modules and the functional API trace
+    eager's formula, which Inductor compiles, rather than the operators,
+    whose CPU kernels are the references (functional.cpu_atens): a fused
+    MLP's graph is the unfused model's, call for call, and so is
+    linear_act's."""
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
+                                torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    fused = tga.fuse_linear_act(copy.deepcopy(eager))
+    x = torch.randn(5, 16)
+    fused_calls, out = _graph_calls(fused, x, grad)
+    eager_calls, expected = _graph_calls(eager, x, grad)
+    # Without grad the modules read x's metadata (the epilogue check): reads
+    # the graph records and Inductor drops, not operators.
+    fused_ops = [c for c in fused_calls if c != "<built-in function getattr>"]
+    assert fused_ops == eager_calls and not any("gemm_act" in c for c in fused_calls), fused_calls
+    assert_close(out, expected, torch.float32)
+
+    w, b = eager[0].weight, eager[0].bias
+    calls, out = _graph_calls(lambda t: tga.linear_act(t, w, b, activation="gelu"), x, grad)
+    assert not any("gemm_act" in c for c in calls), calls
+    assert_close(out, F.gelu(F.linear(x, w, b)), torch.float32)
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_inference_relu_layer_is_one_addmm_activation_cuda(monkeypatch, dtype):

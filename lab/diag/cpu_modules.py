@@ -1,11 +1,12 @@
-"""The fused modules against eager on the CPU, eager mode: bench/models.py's
-small fp32 MLP (relu and gelu) and its gated cases at CPU sizes, step time
+"""The fused modules against eager on the CPU, eager mode or compiled:
+bench/models.py's small fp32 MLP (relu and gelu) and its gated cases at CPU sizes, step time
 (inference, training) of each model taken in turns.
 
-    python lab/diag/cpu_modules.py [--threads 2] [--operator]
+    python lab/diag/cpu_modules.py [--threads 2] [--operator] [--compiled]
 
---operator: the modules as before session 49, through the operators' CPU
-kernels (functional.runs_atens_ops and cpu_eager patched off).
+--operator: the modules through the operators' CPU kernels, as before
+session 49 in eager mode and before session 50 compiled (functional.cpu_atens
+patched off). --compiled: both models under torch.compile.
 """
 
 import argparse
@@ -46,17 +47,20 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--operator", action="store_true")
     p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--compiled", action="store_true", help="both models under torch.compile")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.operator:
-        tga.modules.runs_atens_ops = lambda x, n: False
-        tga.modules.cpu_eager = lambda x: False
+        tga.functional.cpu_atens = lambda x: False
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {args.threads} threads, modules through "
-          f"{'the operators' if args.operator else 'the shipped rule'}")
+          f"{'the operators' if args.operator else 'the shipped rule'}{', compiled' if args.compiled else ''}")
     for name, build in CASES.items():
         eager = build()
         fused = tga.fuse_linear_act(copy.deepcopy(eager))
+        if args.compiled:
+            torch.compiler.reset()
+            eager, fused = (torch.compile(models.own_frame(m, n)) for m, n in ((eager, "eager"), (fused, "fused")))
         x = torch.randn(512, 256, requires_grad=True)
         gy = torch.randn(512, 256)
 
@@ -70,6 +74,8 @@ def main():
             with torch.no_grad():
                 m(x)
         for mode, step in (("training", training), ("inference", inference)):
+            for m in (eager, fused):  # compiles, where compiled
+                step(m)
             times = {"eager": [], "fused": []}
             for _ in range(args.reps):
                 for k, m in (("eager", eager), ("fused", fused)):
