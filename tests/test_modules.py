@@ -269,6 +269,53 @@ def test_layers_on_the_cpu_run_atens_ops(activation, module):
     assert torch.equal(y, reference(x))
 
 
+class _Doubled(nn.Module):
+    def forward(self, w):
+        return 2 * w
+
+
+@pytest.mark.host_bound_policy
+@pytest.mark.parametrize("module", ["linear", "conv1d"])
+@pytest.mark.parametrize("how", ["parametrized", "functional_call", "reassigned", "no_bias"])
+def test_atens_path_reads_the_parameters_the_module_has(module, how):
+    """The ATen path takes weight and bias from the module's _parameters
+    where both are registered there (modules._weight_and_bias): a
+    parametrized weight, parameters swapped by torch.func.functional_call,
+    a weight reassigned as a plain attribute and a missing bias give what
+    the same Linear computes (on the CPU, where fused modules run ATen's
+    ops)."""
+    torch.manual_seed(0)
+    k, n = 8, 16
+    if module == "linear":
+        fused = tga.LinearAct(k, n, bias=how != "no_bias", activation="relu", dtype=torch.float64)
+    else:
+        fused = tga.Conv1DAct(n, k, activation="relu", dtype=torch.float64)
+        if how == "no_bias":
+            fused.bias = None
+    as_linear = (lambda w: w) if module == "linear" else (lambda w: w.t())
+    x = torch.randn(4, k, dtype=torch.float64, requires_grad=True)
+    weight, bias = fused.weight, fused.bias
+    if how == "parametrized":
+        torch.nn.utils.parametrize.register_parametrization(fused, "weight", _Doubled())
+        y = fused(x)
+        weight = 2 * fused.parametrizations.weight.original
+    elif how == "functional_call":
+        weight = torch.randn_like(fused.weight)
+        bias = torch.randn_like(fused.bias)
+        y = torch.func.functional_call(fused, {"weight": weight, "bias": bias}, (x,))
+    elif how == "reassigned":
+        weight = torch.randn(fused.weight.shape, dtype=torch.float64)
+        del fused.weight
+        fused.weight = weight
+        y = fused(x)
+    else:
+        y = fused(x)
+    expected = torch.relu(nn.functional.linear(x, as_linear(weight), bias))
+    assert torch.equal(y, expected)
+    gy = torch.randn_like(y)
+    torch.testing.assert_close(torch.autograd.grad(y, x, gy)[0], torch.autograd.grad(expected, x, gy)[0])
+
+
 @requires_cuda
 @pytest.mark.host_bound_policy
 @pytest.mark.parametrize("module", ["linear", "conv1d"])

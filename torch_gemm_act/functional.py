@@ -170,7 +170,13 @@ def runs_atens_ops(x, n):
     a scalar pass per element) that ATen's vectorised activations outrun
     (the small fp32 MLP on 2 cores, through the operator: relu 1.02-1.27 x
     eager, gelu 3.8-5.3 x; lab/diag/cpu_modules.py)."""
-    return host_bound(x, n) or cpu_eager(x)
+    # host_bound(x, n) or cpu_eager(x), written out: called on every layer
+    # of a host-bound step, where each nested call costs host time.
+    if torch.compiler.is_compiling():
+        return False
+    if x.is_cuda:
+        return x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
+    return cpu_atens(x)
 
 
 def cpu_eager(x):
