@@ -61,11 +61,12 @@ def _share_parameters(module, linear):
 
 def _weight_and_bias(module):
     """module.weight and module.bias in eager mode, taken from its
-    _parameters where both are registered there (FSDP2 and torch.func swap tensors in that dict
-    too). Read as attributes, each goes through nn.Module.__getattr__ after
-    a failed lookup: about 0.6 us of host time apiece, a tenth of a small
-    layer's forward. A parametrized or reassigned weight is no longer in
-    _parameters and is read as an attribute."""
+    _parameters where both are registered there (FSDP2 and torch.func swap
+    tensors in that dict too). Read as attributes, each goes through
+    nn.Module.__getattr__ after a failed lookup: about 0.6 us of host time
+    apiece, a tenth of a small layer's forward. A parametrized or
+    reassigned weight is no longer in _parameters and is read as an
+    attribute."""
     params = module._parameters
     if "weight" in params and "bias" in params:
         return params["weight"], params["bias"]

@@ -11,7 +11,10 @@ compiled, inference and training step:
   where autograd records it (in place only without a backward);
 - fused_op: the fused layers through the operator (the C++ autograd node:
   one launch forward, dZ and the bias gradient in one backward pass) where
-  the host-bound rule runs ATen's ops.
+  the host-bound rule runs ATen's ops;
+- bare: the fused layers replaced by a bare nn.Linear subclass running the
+  same ATen ops (the activation in place after F.linear) without the fused
+  module's checks: what the fused model's own Python costs, beside it.
 
     python lab/diag/host_bound_variants.py [--case small_mlp_fp32] [--rounds 5] [--no-compile]
                                            [--cpu-dry-run]
@@ -71,6 +74,27 @@ def through_operator(model):
     return model
 
 
+class _Bare(nn.Linear):
+    """act_(F.linear(x)), nothing else: a fused relu-family layer's ATen ops."""
+
+    def forward(self, x):
+        return self.op(nn.functional.linear(x, self.weight, self.bias), self.slope)
+
+
+def bare(fused):
+    """A copy of fused whose relu-family LinearActs are _Bare modules sharing
+    their parameters."""
+    from torch_gemm_act.activations import in_place_op
+    model = copy.deepcopy(fused)
+    for name, m in list(model.named_children()):
+        if isinstance(m, modules.LinearAct) and in_place_op(m.activation) is not None:
+            b = _Bare(m.in_features, m.out_features, device="meta")
+            b.weight, b.bias = m.weight, m.bias
+            b.op, b.slope = in_place_op(m.activation), m.negative_slope
+            setattr(model, name, b)
+    return model
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", default="small_mlp_fp32", choices=sorted(models.CASES))
@@ -81,7 +105,7 @@ def main():
     p.add_argument("--cpu-dry-run", action="store_true", help="the plumbing only, tiny sizes on the CPU")
     args = p.parse_args()
     device = "cpu" if args.cpu_dry_run else "cuda"
-    columns = ("copy", "fused", "linked", "out_of_place", "fused_op")
+    columns = ("copy", "fused", "linked", "out_of_place", "fused_op", "bare")
     print(f"{'case':16s} {'mode':10s} {'compiled':8s} {'eager ms':>12s} " + " ".join(f"{n:>12s}" for n in columns))
     for compiled in (False,) if args.no_compile else (False, True):
         for mode in ("inference", "training"):
@@ -90,6 +114,7 @@ def main():
             if not compiled:
                 variants["out_of_place"] = out_of_place(copy.deepcopy(fused))
                 variants["fused_op"] = through_operator(copy.deepcopy(fused))
+                variants["bare"] = bare(fused)
             else:
                 bench.compile_in_process()
                 torch.compiler.reset()

@@ -20,22 +20,11 @@
 #include <vector>
 
 #include "cuda/library/epilogue_pass_kernels.cuh"
+#include "probe_timing.cuh"
 
 using namespace gemm_act;
 using namespace gemm_act::gpu;
 using namespace gemm_act::gpu::library;
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    auto e_ = (x);                                                                        \
-    if (e_ != 0) {                                                                        \
-      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, int(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-static void* g_flush = nullptr;
-constexpr size_t kFlushBytes = size_t(256) << 20;
 
 template <class T>
 __global__ void fill(T* p, int64_t n, uint32_t seed) {
@@ -46,35 +35,6 @@ __global__ void fill(T* p, int64_t n, uint32_t seed) {
     h ^= h >> 15;
     p[i] = T(float(h & 0xffffff) / float(1 << 23) - 1.0f) * T(3.0f);  // about [-3, 3)
   }
-}
-
-template <class F>
-void time_us(F&& launch, float* flushed, float* back_to_back) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  launch();
-  std::vector<float> ms;
-  for (int i = 0; i < 30; ++i) {
-    CHECK(cudaMemsetAsync(g_flush, i, kFlushBytes));
-    CHECK(cudaEventRecord(a));
-    launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  *flushed = ms[ms.size() / 2] * 1e3f;
-  CHECK(cudaEventRecord(a));
-  for (int i = 0; i < 30; ++i) launch();
-  CHECK(cudaEventRecord(b));
-  CHECK(cudaEventSynchronize(b));
-  float t = 0;
-  CHECK(cudaEventElapsedTime(&t, a, b));
-  *back_to_back = t * 1e3f / 30;
-  CHECK(cudaGetLastError());
 }
 
 struct Problem {
@@ -92,7 +52,6 @@ void run(const Problem& pr, Element* acc, Element* y, const Element* bias, std::
   e.m = pr.m;
   e.n = pr.n;
   e.store_vector = kW;
-  float flushed = 0, b2b = 0;
   auto launch = [&] {
     if (pr.bias) {
       launch_pass<Element, Activation::GELU, BiasKind::PerColumn, kW, Shape>(e, acc, nullptr);
@@ -100,7 +59,7 @@ void run(const Problem& pr, Element* acc, Element* y, const Element* bias, std::
       launch_pass<Element, Activation::GELU, BiasKind::None, kW, Shape>(e, acc, nullptr);
     }
   };
-  time_us(launch, &flushed, &b2b);
+  const float flushed = time_ms(launch, 30) * 1e3f, b2b = time_ms(launch, 30, true) * 1e3f;
   const size_t bytes = size_t(pr.m) * pr.n * sizeof(Element);
   std::vector<unsigned char> out(bytes);
   CHECK(cudaMemcpy(out.data(), y, bytes, cudaMemcpyDeviceToHost));
@@ -138,7 +97,6 @@ void problem(const Problem& pr) {
 }
 
 int main() {
-  CHECK(cudaMalloc(&g_flush, kFlushBytes));
   // The act-only passes after cuBLASLt's bias epilogue, flattened; the
   // fp64 pass after torch.mm, with the bias.
   problem<float>({"fp32 gelu, 4096 x 4096 flattened", 1, 4096LL * 4096, false});
@@ -148,6 +106,5 @@ int main() {
   problem<double>({"fp64 gelu + bias, 256 x 256", 256, 256, true});
   problem<float>({"fp32 gelu + bias, 4096 x 4096", 4096, 4096, true});
   problem<__nv_bfloat16>({"bf16 gelu + bias, 8192 x 16384", 8192, 16384, true});
-  CHECK(cudaFree(g_flush));
   return 0;
 }

@@ -19,42 +19,10 @@
 #include <vector>
 
 #include "cuda/simt/simt_gemm_act_kernel.cuh"
+#include "probe_timing.cuh"
 
 using namespace gemm_act;
 using namespace gemm_act::gpu::simt;
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    auto e_ = (x);                                                                        \
-    if (e_ != 0) {                                                                        \
-      std::fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #x, int(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-static void* g_flush = nullptr;
-constexpr size_t kFlushBytes = size_t(256) << 20;
-
-template <class F>
-float median_ms(F&& launch, int runs = 20) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  launch();  // warm-up
-  std::vector<float> ms;
-  for (int i = 0; i < runs; ++i) {
-    CHECK(cudaMemsetAsync(g_flush, i, kFlushBytes));
-    CHECK(cudaEventRecord(a));
-    launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 double max_rel_diff(const std::vector<float>& x, const std::vector<float>& ref) {
   double num = 0, den = 0;
@@ -89,7 +57,7 @@ void run(const char* name, const float* a, const float* w, bool w_is_kn, float* 
   CHECK(cudaMemset(y, 0xff, size_t(m) * n * sizeof(float)));  // NaN
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   auto launch = [&] { kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(kp); };
-  const float t = median_ms(launch);
+  const float t = time_ms(launch);
   CHECK(cudaGetLastError());
   std::vector<float> out(size_t(m) * n);
   CHECK(cudaMemcpy(out.data(), y, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -103,7 +71,6 @@ int main(int argc, char** argv) {
   const int m = argc > 3 ? std::atoi(argv[1]) : 4096;
   const int k = argc > 3 ? std::atoi(argv[2]) : 4096;
   const int n = argc > 3 ? std::atoi(argv[3]) : 4096;
-  CHECK(cudaMalloc(&g_flush, kFlushBytes));
   std::vector<float> ha(size_t(m) * k), hw(size_t(n) * k);
   srand(1);
   for (auto& v : ha) v = rand() / float(RAND_MAX) - 0.5f;
@@ -125,7 +92,7 @@ int main(int argc, char** argv) {
       CHECK(cublasSgemm(h, w_is_kn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w,
                         w_is_kn ? n : k, a, k, &zero, y, n));
     };
-    const float ref_ms = median_ms(sgemm);
+    const float ref_ms = time_ms(sgemm);
     std::vector<float> ref(size_t(m) * n);
     CHECK(cudaMemcpy(ref.data(), y, ref.size() * 4, cudaMemcpyDeviceToHost));
     std::printf("%dx%dx%d, B %s  cuBLAS sgemm %.3f ms  %.1f TFLOP/s\n", m, k, n,
@@ -136,7 +103,7 @@ int main(int argc, char** argv) {
     run<SimtTileConfig<float, 128, 256, 16, 8, 16, 1>>("128x256x16 8x16 /1", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtTileConfig<float, 256, 128, 8, 16, 8, 1>>("256x128x8 16x8 /1", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
     run<SimtTileConfig<float, 256, 128, 16, 8, 8, 1>>("256x128x16 8x8 (512 thr) /1", a, w, w_is_kn, y, m, n, k, ref, ref_ms);
-    std::printf("cuBLAS again %.3f ms\n", median_ms(sgemm));
+    std::printf("cuBLAS again %.3f ms\n", time_ms(sgemm));
   }
   return 0;
 }
