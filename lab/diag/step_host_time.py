@@ -13,7 +13,10 @@ leaves the GPU idle in a timed loop. --compiled measures the models under
 torch.compile instead, with compile fusion's (the pass on compiled eager,
 as bench/models.py builds it) beside them. --unbounded adds the fused model
 with no layer treated as host-bound (functional.HOST_BOUND_MULTIPLY_ADDS
-= 0): every layer through the fused operator, as against ATen's kernels.
+= 0): every layer through the fused operator, as against ATen's kernels. --bare adds the fused model with its relu-family
+layers as a bare nn.Linear subclass running the same ATen ops
+(host_bound_variants.bare): the fused module's own Python, split into
+forward and backward host time.
 """
 
 import argparse
@@ -99,6 +102,7 @@ def main():
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--compiled", action="store_true", help="the models under torch.compile, compile fusion beside")
     p.add_argument("--unbounded", action="store_true", help="beside them, the fused model with no host-bound layer")
+    p.add_argument("--bare", action="store_true", help="beside them, the fused layers as bare nn.Linear subclasses")
     args = p.parse_args()
     cycles = spin_cycles()
     print(f"{'case':<20} {'mode':<10} {'model':<14} {'host ms':>8} {'fwd':>7} {'bwd':>7} {'clear':>6} "
@@ -108,6 +112,9 @@ def main():
         named = models.contenders(eager, fused, args.compiled)
         if args.unbounded and not args.compiled:
             named["fused_unbounded"] = Unbounded(fused)
+        if args.bare and not args.compiled:
+            from host_bound_variants import bare
+            named["bare"] = bare(fused)
         for mode in args.modes.split(","):
             for name, model in named.items():
                 for _ in range(2):  # warm-up: compilation, the caching allocator's blocks, lazy inits
