@@ -11,7 +11,8 @@ synchronised once per repetition) for inference and forward + backward, for
 eager F.linear + the activation, linear_act under the dispatch rule and with each
 CUDA backend forced, and for the pieces a call is made of. --profile adds
 torch.profiler's table of host time per operator and CUDA API call for the
-named contenders' forward + backward (default: eager and linear_act).
+named contenders' forward (grad mode on) and forward + backward (default:
+eager and linear_act).
 --engine-threads adds each contender's forward alone (with grad) and its
 forward + backward with the autograd engine's device threads off (the
 backward then runs on the calling thread: no hand-over between threads).
@@ -146,6 +147,7 @@ def main():
             def train(f=f):
                 y = f(*ins)
                 return torch.autograd.grad(y, ins, gy)
+            profile(f"{name} forward (grad)", lambda f=f: f(*ins), 200)
             profile(f"{name} forward + backward", train, 200)
 
 

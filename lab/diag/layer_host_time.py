@@ -7,6 +7,7 @@ so no call waits on it and the times are the host's alone.
 """
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -19,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 import models  # noqa: E402
+from host_bound_variants import through_operator  # noqa: E402
 
 import torch_gemm_act as tga  # noqa: E402
 from torch_gemm_act import chain, functional  # noqa: E402
@@ -84,6 +86,12 @@ def main():
         ("eager fc1 (nn.Linear)", lambda: fc1(x)),
         ("eager act module", lambda: act(z1)),
         ("fused fc1 (publishes)", lambda: ffc1(x)),
+        ("eager fc1 + act", lambda: act(fc1(x))),
+        ("fused fc1 + act, operator", lambda: fact(op_fc1(x))),
+        ("F.linear, grad", lambda: F.linear(x, fc1.weight, b1)),
+        ("_C.gemm_act (no Z), grad", lambda: tga._C.gemm_act(x, w1t, b1, None, act_name, 1.0, 0.0, 0.01, False)),
+        ("_C.gemm_act (no Z), weight given, grad", lambda: tga._C.gemm_act(
+            x, fc1.weight, b1, None, act_name, 1.0, 0.0, 0.01, False, True)),
         ("weight.t()", lambda: fc1.weight.t()),
         ("chain_pays", lambda: chain.chain_pays(x, w1t, b1, act_name)),
         ("host_bound", lambda: functional.host_bound(x, 3072)),
@@ -96,6 +104,7 @@ def main():
         ("_C.gemm_act (Z), grad", lambda: tga._C.gemm_act(x, w1t, b1, None, act_name, 1.0, 0.0, 0.01, True)),
         ("torch.addmm, grad", lambda: torch.addmm(b1, x, w1t)),
     ]
+    op_fc1 = through_operator(copy.copy(ffc1))  # its parameters ffc1's
     print(f"{'piece':40s} {'host us/call':>12s}")
     for name, fn in rows:
         print(f"{name:40s} {host_us(fn, args.calls):12.1f}", flush=True)
@@ -109,6 +118,7 @@ def main():
             ("no_grad twin module call", lambda: twin(z1)),
             ("no_grad twin .forward", lambda: twin.forward(z1)),
             ("no_grad F.linear", lambda: F.linear(x0, fc1.weight, b1)),
+            ("no_grad torch._addmm_activation", lambda: torch._addmm_activation(b1, x0, w1t)),
             ("no_grad F.gelu", lambda: F.gelu(z1)),
             ("no_grad torch.mm", lambda: torch.mm(x0, w1t)),
             ("no_grad torch.empty_like", lambda: torch.empty_like(z1)),
@@ -116,7 +126,11 @@ def main():
             ("no_grad z1.sum(0)", lambda: z1.sum(0)),
         ]:
             print(f"{name:40s} {host_us(fn, args.calls):12.1f}", flush=True)
-    for name, fwd in (("eager block backward", eager_block), ("fused block backward", fused_block)):
+    def operator_block():
+        return ffc2(fact(op_fc1(x)))
+
+    for name, fwd in (("eager block backward", eager_block), ("fused block backward", fused_block),
+                      ("operator block backward", operator_block)):
         print(f"{name:40s} {host_us(backward, args.calls, untimed=fwd):12.1f}", flush=True)
 
 
