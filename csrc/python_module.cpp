@@ -21,6 +21,7 @@
 
 #include "activations.h"
 #include "checks.h"
+#include "linear_node.h"
 #include "op_handles.h"
 #include "testing.h"
 #ifdef GEMM_ACT_WITH_CUDA
@@ -223,6 +224,30 @@ PyObject* gemm_act_chained_call(PyObject*, PyObject* args) {
   END_HANDLE_TH_ERRORS
 }
 
+// linear_act(x, weight, bias, activation, negative_slope) -> Y: a module's
+// layer, weight [N, K] (linear_node.h).
+PyObject* linear_act_call(PyObject*, PyObject* args) {
+  HANDLE_TH_ERRORS
+  PyObject *x = nullptr, *weight = nullptr, *bias = nullptr;
+  const char* activation = nullptr;
+  Py_ssize_t activation_len = 0;
+  double negative_slope = 0.01;
+  const auto tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+  if (!PyArg_ParseTuple(args, "O!O!Os#d", tensor_type, &x, tensor_type, &weight, &bias, &activation,
+                        &activation_len, &negative_slope)) {
+    return nullptr;
+  }
+  const std::optional<at::Tensor> tbias = tensor_or_none(bias, "linear_act", "bias");
+  at::Tensor y;
+  {
+    pybind11::gil_scoped_release no_gil;
+    y = linear_act(THPVariable_Unpack(x), THPVariable_Unpack(weight), tbias,
+                   c10::string_view(activation, activation_len), negative_slope);
+  }
+  return THPVariable_Wrap(std::move(y));
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef kMethods[] = {
     {"activations", activations, METH_NOARGS, "((name, grad_from_y, uses_slope), ...)"},
     {"check_activation", check_activation, METH_VARARGS,
@@ -243,6 +268,8 @@ PyMethodDef kMethods[] = {
     {"gemm_act_chained", gemm_act_chained_call, METH_VARARGS,
      "gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, "
      "beta, negative_slope, store_preact, z_feeds_chain[, b_is_weight]) -> (Y, Z)"},
+    {"linear_act", linear_act_call, METH_VARARGS,
+     "linear_act(x, weight, bias, activation, negative_slope) -> Y, weight [N, K]"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -40,12 +40,12 @@ def _is_dtensor(t):
 
 def _gemm_act_of_weight(x, weight, bias, activation, negative_slope):
     """``gemm_act(x, weight.t(), bias, ...)`` for a module's weight [N, K]:
-    on the direct path the transpose is taken in C++, where the view costs
-    the host a fraction of what Python's ``.t()`` does."""
+    on the direct path in C++ (csrc/linear_node.h), where the transpose
+    costs the host a fraction of what Python's ``.t()`` does and, in
+    training, the backward is one node taking the weight itself."""
     if not _direct_call(x, weight, activation):
         return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
-    store_preact = _stores_preact(x, weight, bias, None, activation, False)
-    return _C.gemm_act(x, weight, bias, None, activation, 1.0, 0.0, float(negative_slope), store_preact, True)[0]
+    return _C.linear_act(x, weight, bias, activation, float(negative_slope))
 
 
 def _direct_call(a, b, activation):
@@ -242,7 +242,7 @@ def linear_act(x, weight, bias=None, activation=GELU, negative_slope=0.01):
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
         raise ValueError(f"linear_act: weight must be a 2-D tensor [out_features, in_features], got {shape}")
-    return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
+    return _gemm_act_of_weight(x, weight, bias, activation, negative_slope)
 
 
 SWIGLU = "swiglu"

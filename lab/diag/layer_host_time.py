@@ -92,6 +92,7 @@ def main():
         ("_C.gemm_act (no Z), grad", lambda: tga._C.gemm_act(x, w1t, b1, None, act_name, 1.0, 0.0, 0.01, False)),
         ("_C.gemm_act (no Z), weight given, grad", lambda: tga._C.gemm_act(
             x, fc1.weight, b1, None, act_name, 1.0, 0.0, 0.01, False, True)),
+        ("_C.linear_act (its own node), grad", lambda: tga._C.linear_act(x, fc1.weight, b1, act_name, 0.01)),
         ("weight.t()", lambda: fc1.weight.t()),
         ("chain_pays", lambda: chain.chain_pays(x, w1t, b1, act_name)),
         ("host_bound", lambda: functional.host_bound(x, 3072)),
