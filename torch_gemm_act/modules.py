@@ -9,7 +9,7 @@ from torch import nn
 # evaluates in Python on every call (PyTorch 2.11).
 from torch.compiler import is_compiling
 
-from .activations import (GELU, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, gate_activation,
+from .activations import (GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, gate_activation,
                           in_place_op, shared_twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
@@ -35,6 +35,10 @@ def _addmm_activation(x, b, bias, use_gelu):
     y = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), b, use_gelu=use_gelu)
     return y.view(*x.shape[:-1], b.shape[1])
 
+
+# The activations a host-bound layer in training runs through its own node
+# (_WithActivation._takes_node): those differentiated from Y, the ones measured.
+_NODE_ACTIVATIONS = GRAD_FROM_OUTPUT - {IDENTITY}
 
 # What a fused module's call runs (_WithActivation._unfused_mode): the
 # fused operator, or the unfused layer's ATen ops in eager mode or traced.
@@ -111,12 +115,17 @@ class _WithActivation(_Fused):
         model read 0.964-0.981, H100).
 
         In eager mode on CUDA, where the layer is host-bound
-        (functional.host_bound): there a step's time is the host's, and
-        through the operator a training step took it longer (the small fp32
-        MLP, 512 x 256 x 1024 relu, H100, contenders in turns call by call:
-        training 1.071 x eager, inference 1.012, where a copy of the eager
-        model read 0.999 and 0.999). ATen's ops cost the host what eager's
-        modules do.
+        (functional.host_bound): there a step's time is the host's. ATen's
+        ops cost the host what eager's modules do; through the operator's
+        autograd function a training step took longer (the small fp32 MLP,
+        512 x 256 x 1024 relu, H100, contenders in turns call by call:
+        training 1.071 x eager, where a copy of the eager model read 0.999).
+        Except in training, for a LinearAct whose activation is
+        differentiated from its output (_takes_node): its own backward node
+        (functional._gemm_act_of_weight) has one node and four launches
+        where eager's Linear and activation have three nodes and six (the
+        same MLP on an H200: 0.969 x eager, copy 1.007;
+        lab/diag/host_bound_variants.py).
 
         On the CPU, always (functional.runs_atens_ops).
 
@@ -137,11 +146,21 @@ class _WithActivation(_Fused):
             return _FUSED
         chain_in = self._chain_in
         if chain_in is None:
-            return mode
+            return _FUSED if mode == _EAGER and self._takes_node(x) else mode
         if chain_in.y is x:
             return _FUSED
         chain_in.clear()  # what it holds is another input's
         return mode
+
+    # Whether the fused call has a backward node of its own
+    # (functional._gemm_act_of_weight: a weight [N, K]).
+    _HAS_NODE = False
+
+    def _takes_node(self, x):
+        """Whether this host-bound eager call runs the fused operator after
+        all: in training, on CUDA, where the call records the module's own
+        node and the activation needs no Z (_unfused_mode)."""
+        return self._HAS_NODE and x.is_cuda and self.activation in _NODE_ACTIVATIONS and torch.is_grad_enabled()
 
     def _epilogue_of(self, x, weight, bias):
         """use_gelu where this unfused call, made with grad mode off (the op
@@ -213,6 +232,7 @@ class LinearAct(_WithActivation, nn.Linear):
     """
 
     __constants__ = ["in_features", "out_features", "activation", "negative_slope"]
+    _HAS_NODE = True
 
     def __init__(self, in_features, out_features, bias=True, activation=GELU,
                  negative_slope=0.01, device=None, dtype=None):
@@ -238,7 +258,8 @@ class LinearAct(_WithActivation, nn.Linear):
                     return _addmm_activation(x, weight.t(), bias, use_gelu)
             y = nn.functional.linear(x, weight, bias)
             return y if self.activation == IDENTITY else self._activate(y, mode)
-        return self._gemm(x, self.weight, self.bias, b_is_weight=True)
+        weight, bias = (self.weight, self.bias) if is_compiling() else _weight_and_bias(self)
+        return self._gemm(x, weight, bias, b_is_weight=True)
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
