@@ -103,10 +103,8 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # the host spends on the call. There a chain (chain.chain_pays) publishes no
 # Z: the chained operator's extra arguments would add to host time what it
 # saves the GPU. A fused module there runs ATen's ops, the replaced
-# modules' own (modules._WithActivation._unfused_mode): through the
-# operator the small fp32 MLP (512 x 256 x 1024 relu, H100) took 1.071 x
-# eager's training step and 1.012 x its inference, timed in turns call by
-# call, where a copy of the eager model read 0.999. The functional API
+# modules' own, but for a relu-family LinearAct in training, which records
+# its own node (modules._WithActivation._unfused_mode). The functional API
 # runs the operator at any size: a caller who calls it asks for it.
 HOST_BOUND_MULTIPLY_ADDS = 1 << 30
 
