@@ -208,6 +208,23 @@ def first_call(name):
         torch_gemm_act.enable_compile_fusion(False)
 
 
+@contextlib.contextmanager
+def generated_code(into, name):
+    """into[name]: the code Inductor generates, or loads from its caches,
+    for the graphs compiled inside, comments dropped (they name the source
+    nodes, which differ between identical graphs). Two contenders with the
+    same code run the same kernels the same way: their ratio is the
+    bench's spread, what eager_copy reads."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    sources = []
+    with mock.patch.object(GraphLowering, "save_output_code", sources.append):
+        yield
+    into[name] = "\n".join(line.split("#", 1)[0].rstrip() for src in sources for line in src.splitlines())
+
+
 def peak_bytes(fn, device):
     import torch
 
@@ -230,9 +247,9 @@ def measure(case, mode, compiled, ctx):
     fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
     row = {"case": case, "mode": mode, "compiled": compiled, "dtype": CASES[case][5],
            "ms": {}, "peak_bytes": {}}
-    outs = {}
+    outs, codes = {}, {}
     for name, fn in fns.items():  # the first call compiles
-        with first_call(name):
+        with first_call(name), generated_code(codes, name) if compiled else contextlib.nullcontext():
             outs[name] = fn()
             if name == "compile_fusion":
                 # The pairs the pass replaced: 0 would mean the row timed
@@ -242,6 +259,8 @@ def measure(case, mode, compiled, ctx):
                 row["compile_fusion_chained"] = fusion_pass.chained
                 row["compile_fusion_glu"] = fusion_pass.glu
                 row["compile_fusion_gated"] = fusion_pass.gated
+    if compiled:
+        row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items() if name != "eager"}
     errs = [rel_err(g, r) for other in ("fused", "compile_fusion", "eager_copy") if other in outs
             for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)
@@ -278,6 +297,8 @@ def table(rows):
         lines.append(f'{r["case"]:<20} {r["mode"]:<10} {str(r["compiled"]):<8} {e:>9.3f} {f:>9.3f} '
                      f'{f / e:>10.3f}x {ratio(r, "compile_fusion", 13)} {ratio(r, "eager_copy", 10)} {mem:>14} '
                      f'{r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
+                     + ("" if "same_code_as_eager" not in r else " same code: "
+                        + (",".join(n for n, same in r["same_code_as_eager"].items() if same) or "-"))
                      + (" (from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_err_fp64"].items())
                         + ")" if "max_rel_err_fp64" in r else ""))
     return "\n".join(lines)

@@ -4,6 +4,7 @@
 #include "layer_grads.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 
 #include <optional>
 #include <tuple>

@@ -52,6 +52,9 @@ def test_models_dry_run_compiled(tmp_path):
             assert r["compile_fusion_pairs"] == 2, r
             # In training each pair is chained to the Linear after it.
             assert r["compile_fusion_chained"] == (2 if r["mode"] == "training" else 0), r
+            # The copy compiles to eager's code; the fused model (on the
+            # operators here) and compile fusion (pairs replaced) do not.
+            assert r["same_code_as_eager"] == {"eager_copy": True, "fused": False, "compile_fusion": False}, r
 
 
 def test_bench_gated_row_dry_run(tmp_path):
