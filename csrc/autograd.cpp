@@ -5,6 +5,7 @@
 // every forward and more to every backward.)
 // The gradients themselves are layer_grads.h's.
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 

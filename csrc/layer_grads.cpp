@@ -4,7 +4,6 @@
 #include "layer_grads.h"
 
 #include <ATen/ATen.h>
-#include <ATen/ExpandUtils.h>
 
 #include <optional>
 #include <tuple>

@@ -15,8 +15,6 @@
 // Use:   EpilogueBiasAct<Element, kAct, kBias> epi(params);
 //        epi.apply(row, col, acc);                       one element
 //        epi.apply_row_segment<kW>(row, col0, acc_ptr);  kW adjacent columns
-//        its steps (add_terms, activate_segment, store_segment) where a
-//        kernel takes several rows of the same columns
 #pragma once
 
 #include <cstdint>
@@ -108,70 +106,34 @@ struct EpilogueBiasAct {
                                                     const Compute* acc) const {
     static_assert(kW >= 1 && (kW & (kW - 1)) == 0, "segment width must be a power of two");
     if (row >= p.m || col0 >= p.n) return;
+    const int64_t cols_left = p.n - col0;
+    const int inside = cols_left < kW ? static_cast<int>(cols_left) : kW;  // columns < n: 1 .. kW
+    const Compute rbias = row_bias(row);
+    const Element* c_row = p.c == nullptr ? nullptr : p.c + row * p.c_stride_m + col0 * p.c_stride_n;
+
     Compute z[kW];
 #pragma unroll
     for (int j = 0; j < kW; ++j) z[j] = acc[j];
-    add_terms<kW>(row, col0, z, [&](int j) { return column_bias_at<kW>(col0, j); });
-    AlignedArray<Element, kW> y_out, z_out;
-    activate_segment<kW>(z, y_out, z_out);
-    store_segment<kW>(row, col0, y_out, z_out);
-  }
-
-  // The steps of apply_row_segment, for a caller that takes several rows of
-  // the same columns (the library's pass): it loads the column bias once
-  // and computes every row's activation before any store, so that no load a
-  // store might alias comes between them (double's erf, issue-bound, then
-  // overlaps across rows). Each takes row < m and col0 < n.
-
-  // How many of columns col0 .. col0 + kW - 1 are inside [0, n): 1 .. kW.
-  template <int kW>
-  __device__ __forceinline__ int inside_columns(int64_t col0) const {
-    const int64_t cols_left = p.n - col0;
-    return cols_left < kW ? static_cast<int>(cols_left) : kW;
-  }
-
-  // The column bias of column col0 + j, for j < kW: bias[col0 + j]
-  // (PerColumn; zero past n) or the scalar bias.
-  template <int kW>
-  __device__ __forceinline__ Compute column_bias_at(int64_t col0, int j) const {
-    if constexpr (kBias == BiasKind::PerColumn) {
-      return j < inside_columns<kW>(col0) ? Num::to_compute(Num::load(p.bias + col0 + j)) : Compute(0);
-    }
-    return bias_scalar;
-  }
-
-  // z = alpha * acc + beta * C + bias in place (acc on entry), the column
-  // bias of column col0 + j from column_bias(j).
-  template <int kW, class ColumnBias>
-  __device__ __forceinline__ void add_terms(int64_t row, int64_t col0, Compute* z, ColumnBias&& column_bias) const {
-    const int inside = inside_columns<kW>(col0);
-    const Compute rbias = row_bias(row);
-    const Element* c_row = p.c == nullptr ? nullptr : p.c + row * p.c_stride_m + col0 * p.c_stride_n;
     constexpr bool kColumnBias = kBias == BiasKind::PerColumn || kBias == BiasKind::Scalar;
     const PreactTerms<Compute> terms{p.alpha, p.beta, c_row != nullptr, kColumnBias,
                                      kBias == BiasKind::PerRow};
     add_preact_terms<kW>(
         z, terms,
         [&](int j) { return j < inside ? Num::to_compute(Num::load(c_row + j * p.c_stride_n)) : Compute(0); },
-        column_bias, [&](int) { return rbias; });
-  }
-
-  // y = act(z) and z, rounded to the storage type.
-  template <int kW>
-  __device__ __forceinline__ void activate_segment(const Compute* z, AlignedArray<Element, kW>& y_out,
-                                                   AlignedArray<Element, kW>& z_out) const {
+        [&](int j) {
+          if constexpr (kBias == BiasKind::PerColumn) {
+            return j < inside ? Num::to_compute(Num::load(p.bias + col0 + j)) : Compute(0);
+          }
+          return bias_scalar;
+        },
+        [&](int) { return rbias; });
+    AlignedArray<Element, kW> y_out, z_out;
 #pragma unroll
     for (int j = 0; j < kW; ++j) {
       y_out.v[j] = Num::from_compute(activate<kAct, Element>(z[j], p.slope));
       z_out.v[j] = Num::from_compute(z[j]);
     }
-  }
 
-  // Y's (and Z's) kW columns from col0 of `row`.
-  template <int kW>
-  __device__ __forceinline__ void store_segment(int64_t row, int64_t col0, const AlignedArray<Element, kW>& y_out,
-                                                const AlignedArray<Element, kW>& z_out) const {
-    const int inside = inside_columns<kW>(col0);
     const int64_t offset = row * p.n + col0;
     if (inside == kW && kW <= p.store_vector) {
       store_global_aligned(p.y + offset, y_out);

@@ -5,10 +5,8 @@
 // Two kernels over a GEMM result acc [m, n] (may be Y's or Z's own memory:
 // each thread reads its elements before it writes them):
 //  - rows: each thread takes kW adjacent columns of up to kRows rows,
-//    gridDim.y apart, loaded before any is computed (the loads overlap), and
-//    computes every row's activation before it stores any (the column bias
-//    loaded once, no load between the stores: double's erf, which bounds
-//    the fp64 pass by instruction issue, overlaps across rows);
+//    gridDim.y apart, loaded before any is computed (the loads overlap; a
+//    slow activation, double's erf, no longer waits on one at a time);
 //  - flat (m == 1: the activation alone over a dense result, flattened by
 //    the caller): each thread takes kUnits vectors of kW elements,
 //    kThreads vectors apart in its block's contiguous span.
@@ -30,7 +28,7 @@ namespace gpu {
 namespace library {
 
 // How the pass splits its work. kRows applies where the grid has blocks
-// enough without it (kFullGrid blocks); with fewer, each thread takes one row.
+// enough without it (full_grid); with fewer, each thread takes one row.
 template <int kThreadsArg, int kRowsArg, int kUnitsArg>
 struct PassShape {
   static constexpr int kThreads = kThreadsArg;
@@ -39,16 +37,14 @@ struct PassShape {
   static constexpr int64_t kFullGrid = 1024;
 };
 
-// The shape the extension's pass runs per element size (lab/diag/
-// pass_probe.cu times the others): one row a thread for 2- and 4-byte
-// elements, the fastest on an H200 (fp32 at 4096 x 4096 39.3 -> 37.4 us,
-// bf16 at 8192 x 16384 193 -> 155, against 256 threads and 4 rows); four
-// for 8-byte ones, whose erf GELU is bound by instruction issue: their
-// activations computed together share the erf's constants (the GELU with
-// a bias: 153 SASS instructions per value, against 174 with two rows and
-// 180 before the rows were computed together).
+// The shape the extension's pass runs per element size, the
+// fastest of lab/diag/pass_probe.cu's on an H200 (L2 flushed; 256 threads
+// and 4 rows a thread before): double's erf GELU with a bias at 2048 x 2048
+// 28.7 -> 26.6 us with two rows a thread; one row a thread elsewhere (fp32
+// at 4096 x 4096 39.3 -> 37.4, bf16 at 8192 x 16384 193 -> 155), the flat
+// pass as fast as before (within 1 %).
 template <class Element>
-using PassShapeFor = std::conditional_t<sizeof(Element) == 8, PassShape<128, 4, 1>, PassShape<128, 1, 1>>;
+using PassShapeFor = std::conditional_t<sizeof(Element) == 8, PassShape<128, 2, 1>, PassShape<128, 1, 1>>;
 
 // kW elements of acc at col0 of a row that starts at `src`: one aligned
 // vector load where the segment is whole and kW > 1, else element by element
@@ -76,31 +72,21 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const EpilogueBiasAct<Element, kAct, kBias> epilogue(p);
   const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * Shape::kThreads + threadIdx.x) * kW;
   if (col0 >= p.n) return;
-  Compute bias[kW];
-#pragma unroll
-  for (int j = 0; j < kW; ++j) bias[j] = epilogue.template column_bias_at<kW>(col0, j);
   const int64_t stride = gridDim.y;
   for (int64_t row0 = blockIdx.y; row0 < p.m; row0 += stride * kRows) {
-    // Rows past m: zeros, never stored.
-    Compute values[kRows][kW] = {};
+    Compute values[kRows][kW];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = row0 + r * stride;
-      if (row < p.m) load_segment<Element, kW>(acc + row * p.n, col0, p.n, values[r]);
+      if (row < p.m) {
+        load_segment<Element, kW>(acc + row * p.n, col0, p.n, values[r]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kW; ++j) values[r][j] = Compute(0);  // not stored: apply_row_segment skips the row
+      }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row0 + r * stride;
-      if (row < p.m) epilogue.template add_terms<kW>(row, col0, values[r], [&](int j) { return bias[j]; });
-    }
-    AlignedArray<Element, kW> y_out[kRows], z_out[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) epilogue.template activate_segment<kW>(values[r], y_out[r], z_out[r]);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row0 + r * stride;
-      if (row < p.m) epilogue.template store_segment<kW>(row, col0, y_out[r], z_out[r]);
-    }
+    for (int r = 0; r < kRows; ++r) epilogue.template apply_row_segment<kW>(row0 + r * stride, col0, values[r]);
   }
 }
 
