@@ -9,8 +9,8 @@ from torch import nn
 # evaluates in Python on every call (PyTorch 2.11).
 from torch.compiler import is_compiling
 
-from .activations import (GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, gate_activation,
-                          in_place_op, shared_twin)
+from .activations import (GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation,
+                          gate_activation, in_place_op, shared_twin)
 from .chain import chained_gemm
 from .functional import (SWIGLU, _compiles_as_eager, _gemm_act_of_weight, _is_dtensor, _needs_grad,
                          cpu_eager, gated_linear_act, gemm_act, runs_atens_ops)
