@@ -99,6 +99,14 @@ def _check_rule():
     narrow_n = tga.explain(a4, w4[:4096].t(), bias4[:4096], activation="gelu_tanh")
     assert narrow_n == LT + "GELU_BIAS [BFloat16]", narrow_n
     assert tga.explain(a4[:128], w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
+    # A plain GEMM (activation none): cuBLASLt's bias epilogue, eager's own
+    # call, but on Hopper the sm90 kernels at K <= 1024 or from 8192 columns.
+    plain = [tga.explain(a4[:, :768], w4[:, :768].t(), bias4), tga.explain(a4, w4.t(), bias4)]
+    assert tga.explain(a4, w4[:4096].t(), bias4[:4096]) == LT + "BIAS [BFloat16]"
+    if hopper:
+        assert all(p.startswith("sm90: ") for p in plain), plain
+    else:
+        assert plain == [LT + "BIAS [BFloat16]"] * 2, plain
     # With Z, or another activation: the sm90 kernels on Hopper from 769
     # rows on and up to 128 (its small-M tiles), the library between.
     with_z = tga.explain(a4, w4.t(), bias4, activation="gelu_tanh", return_preact=True)

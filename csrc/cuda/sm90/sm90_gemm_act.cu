@@ -217,12 +217,22 @@ bool forced_here() {
 
 // A plain GEMM (activation none, no C) with at most a bias per column is
 // exactly what eager F.linear runs through cuBLASLt, and the library backend
-// runs that same kernel (with Z, a copy of Y, as well); this family is no
-// faster there on aligned operands (8192x16384x4096 bf16: 1.00x torch.mm
-// against eager's 0.97x).
-bool library_is_eager(const GemmActParams& p) {
-  return p.activation == Activation::None && p.c == nullptr &&
-         (p.bias_kind == BiasKind::None || p.bias_kind == BiasKind::PerColumn);
+// runs that same kernel (with Z, a copy of Y, as well). This family's
+// 16-bit kernels were faster at short K or wide N (bf16 with a bias,
+// inference, time / the library's: K <= 1024, 32768x768x3072 0.92,
+// 16384x1024x4096 0.93, 12608x1024x3072 0.95, 32768x1024x1024 0.95,
+// 8192x768x3072 0.97, 32768x768x768 0.97; N >= 8192, 4096x4096x11008
+// 0.92, 8192x4096x16384 0.94, 4096x4096x16384 0.98, 8192x2048x8192 1.00)
+// and slower elsewhere (8192x3072x768 1.50, 8192x2048x4096 1.05, 4096^3
+// 1.04, 12608x4096x1024 1.03; lab/diag/no_act_shapes.json,
+// bench/results/20261128T202709Z_2b7c591_no_act.log). TF32 was not measured.
+constexpr int64_t kMaxPlainShortK = 1024;
+constexpr int64_t kMinPlainWideN = 8192;
+bool library_is_eager(const GemmActParams& p, Dtype dtype) {
+  const bool plain = p.activation == Activation::None && p.c == nullptr &&
+                     (p.bias_kind == BiasKind::None || p.bias_kind == BiasKind::PerColumn);
+  const bool family_faster = dtype != Dtype::F32 && (p.k <= kMaxPlainShortK || p.n >= kMinPlainWideN);
+  return plain && !family_faster;
 }
 
 // Beyond this K the library (cuBLAS's GEMM, then eager's own activation
@@ -326,7 +336,7 @@ Sm90Case classify(const GemmActArgs& args) {
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if ((library_is_eager(p) || p.k > kMaxDirectK || library_epilogue_is_faster(args) ||
+    if ((library_is_eager(p, *dtype) || p.k > kMaxDirectK || library_epilogue_is_faster(args) ||
          library_is_faster_tall(p) || library_is_faster_small(p) || library_is_faster_few_rows(p)) &&
         !forced_here()) {
       return out;
