@@ -2,9 +2,12 @@
 built here as is and with -maxrregcount=32) beside Inductor's fused kernel,
 on the op bench's data for its fp64 2048^3 gelu row (Z = A W^T of order 1,
 a bias of std 0.5), all timed by triton.testing.do_bench (median, L2
-flushed) in rounds, each output checked against ATen's.
+flushed) in rounds, each output checked against ATen's. With --after-gemm
+each call first writes Z by the GEMM (torch.mm into Z's buffer), as in the
+op bench's row, so the pass reads Z largely from L2; the GEMM's own median
+is subtracted.
 
-    python lab/diag/fp64_pass_vs_inductor.py [--size 2048] [--rounds 5]
+    python lab/diag/fp64_pass_vs_inductor.py [--size 2048] [--rounds 5] [--after-gemm]
 """
 import argparse
 import ctypes
@@ -35,6 +38,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=2048)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--after-gemm", action="store_true", help="each call runs the GEMM into Z first")
     args = p.parse_args()
     from triton.testing import do_bench
 
@@ -63,11 +67,22 @@ def main():
         out = fn(z, bias) if name == "inductor" else fn()
         torch.cuda.synchronize()
         assert torch.allclose(out, ref, rtol=1e-12, atol=0), name
+    def gemm():
+        torch.mm(a, w.t(), out=z)
+
+    if args.after_gemm:
+        fns["gemm alone"] = None
     times = {name: [] for name in fns}
     for r in range(args.rounds):
         for name, fn in (list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]):
             call = (lambda fn=fn: fn(z, bias)) if name == "inductor" else fn
+            if args.after_gemm:
+                call = gemm if fn is None else (lambda call=call: (gemm(), call()))
             times[name].append(do_bench(call, return_mode="median") * 1e3)
+    if args.after_gemm:
+        gemm_us = statistics.median(times.pop("gemm alone"))
+        print(f"GEMM alone {gemm_us:.1f} us, subtracted from every time below")
+        times = {name: [t - gemm_us for t in ts] for name, ts in times.items()}
     base = statistics.median(times["inductor"])
     for name, ts in times.items():
         med = statistics.median(ts)
