@@ -3,7 +3,7 @@ the SM clock and the board power, to tell a kernel that does more work per
 cycle from one that runs at a lower clock (an H100 at its power limit lowers
 its clock as the work per cycle grows).
 
-    python lab/diag/clock_probe.py [--seconds 3] [--shape 4096,4096,4096]
+    python lab/diag/clock_probe.py [--seconds 3] [--shape 4096,4096,4096] [--family sm80]
 
 Prints, per contender: ms per call, median SM clock (MHz), median power (W),
 the cycles (ms x MHz) and the energy (ms x W) per call, and the clock-event
@@ -54,8 +54,10 @@ def main():
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--shape", action="append", help="M,K,N (bf16); repeatable")
     p.add_argument("--acts", default=None, help="comma-separated activations (default: all)")
+    p.add_argument("--family", default="sm90", choices=["sm90", "sm80"],
+                   help="the tensor-core family whose configurations --configs names (forced)")
     p.add_argument("--configs", default="auto",
-                   help="sm90 kernel configurations by name (torch_gemm_act.testing.kernels()), or auto")
+                   help="kernel configurations by name (torch_gemm_act.testing.kernels(family)), or auto")
     p.add_argument("--preact", action="store_true", help="also time each activation writing Z")
     args = p.parse_args()
 
@@ -81,7 +83,9 @@ def main():
                 for preact in (False, True) if args.preact else (False,):
                     def run(act=act, cfg=cfg, preact=preact):
                         kernel = None if cfg == "auto" else cfg
-                        with torch_gemm_act.testing.override(sm90_kernel=kernel):
+                        # sm80 runs only forced; sm90's auto is the rule.
+                        backend = {"cuda_backend": "sm80"} if args.family == "sm80" else {}
+                        with torch_gemm_act.testing.override(**backend, **{f"{args.family}_kernel": kernel}):
                             return torch_gemm_act.gemm_act(a, w.t(), bias, activation=act,
                                                            return_preact=preact)
                     contenders.append((f"{act}{' + Z' if preact else ''} cfg={cfg}", run))
