@@ -3,7 +3,7 @@
 # CUDA tests once per backend, compute-sanitizer's sweep, then the benchmark.
 # Usage (ids from here: the device copy's .git may be stale):
 #   GEMM_ACT_COMMIT=$(git rev-parse HEAD) GEMM_ACT_CSRC_TREE=$(git rev-parse HEAD:csrc) \
-#     STEPS="build sass tests sanitizer bench models" bash scripts/device_check.sh [bench args]
+#     STEPS="build sass tests fuzz sanitizer bench models" bash scripts/device_check.sh [bench args]
 # The tensor-core kernel objects (most of a CUDA build's time) can be compiled on
 # the CPU machine instead and carried along in build/:
 #   python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
@@ -29,7 +29,7 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TOR
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 
-STEPS="${STEPS:-build sass tests sanitizer bench}"
+STEPS="${STEPS:-build sass tests fuzz sanitizer bench}"
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ==="; }
 status=0
@@ -64,6 +64,31 @@ for backend in ${TEST_BACKENDS:-rule sm90 sm80 library}; do
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
 unset TORCH_GEMM_ACT_BACKEND
+fi
+
+if want fuzz; then
+# The differential fuzz (tests/fuzz.py): every CUDA backend on gemm_act and
+# every route under the rule, one process each, side by side, with a fresh
+# seed; one log with a summary line per backend and route.
+step "differential fuzz: ${FUZZ_CASES:-10000} cases per backend and route${FUZZ_TIME:+, at most $FUZZ_TIME s each}"
+seed="${FUZZ_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+mkdir -p "$OUT/fuzz"
+for backend in ${FUZZ_BACKENDS:-rule sm90 sm80 library simt}; do
+  python3 tests/fuzz.py --route gemm_act --backend "$backend" --cases "${FUZZ_CASES:-10000}" --seed "$seed" \
+    ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/gemm_act_$backend.log" 2>&1 &
+done
+for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d fuse_mlp gemm_glu gated_linear_act gated_module packed_glu compile}; do
+  python3 tests/fuzz.py --route "$route" --backend rule --cases "${FUZZ_CASES:-10000}" --seed "$seed" \
+    ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/$route.log" 2>&1 &
+done
+wait
+{ echo "commit ${GEMM_ACT_COMMIT:-?}, csrc tree ${GEMM_ACT_CSRC_TREE:-?}, seed $seed"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  grep -h '^fuzz ' "$OUT"/fuzz/*.log; echo; cat "$OUT"/fuzz/*.log; } > "$OUT/fuzz.log"
+rm -r "$OUT/fuzz"
+grep -E '^fuzz |^commit' "$OUT/fuzz.log"
+grep -qE '^fuzz .*, [1-9][0-9]* failed' "$OUT/fuzz.log" && status=1
+grep -c '^FAIL' "$OUT/fuzz.log"
 fi
 
 if want sanitizer; then

@@ -1,4 +1,4 @@
-#include <ATen/ExpandUtils.h>
+#include <ATen/ATen.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <torch/library.h>
 
@@ -12,9 +12,20 @@
 namespace gemm_act {
 namespace {
 
-// PyTorch's own sum, as nn.Linear's bias gradient on the CPU.
+// PyTorch's own sum, as nn.Linear's bias gradient on the CPU, over the
+// [M, N] gradient by how the bias broadcasts (a bias per row (M, 1) of an
+// N-D output does not broadcast as PyTorch's shapes do).
 void bias_grad_cpu(const ActivationBackwardArgs& args) {
-  args.grad_bias.copy_(at::sum_to(args.grad_y, args.bias_sizes).reshape({-1}));
+  const ActivationBackwardParams& p = args.params;
+  const at::Tensor grad = args.grad_y.reshape({p.m, p.n});
+  at::Tensor sum;
+  switch (p.bias_kind) {
+    case BiasKind::Scalar: sum = grad.sum(); break;
+    case BiasKind::PerColumn: sum = grad.sum(0); break;
+    case BiasKind::PerRow: sum = grad.sum(1); break;
+    case BiasKind::None: return;
+  }
+  args.grad_bias.copy_(sum.reshape({-1}));
 }
 
 // ATen's pad, as the backward's copies were made before this operator.
