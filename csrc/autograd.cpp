@@ -166,7 +166,10 @@ variable_list layer_backward(AutogradContext* ctx, const LayerRecord& record, co
   out[places.b_pos] = operands.grad_b();
   if (chained != nullptr && chained->need_a_bias) out[places.a_bias_pos] = std::move(operands.a_bias);
   if (need_bias) out[places.b_pos + 1] = grad_bias;
-  if (need_c) out[places.b_pos + 2] = grad_pre * beta;
+  // At beta == 0 the forward does not read C (as torch.addmm): its gradient
+  // is zero, not 0 * dZ, which is NaN where dZ is.
+  if (need_c) out[places.b_pos + 2] = beta == 0.0 ? at::zeros_like(grad_pre, at::MemoryFormat::Contiguous)
+                                                  : grad_pre * beta;
   // Grad mode is on here only under create_graph=True.
   return at::GradMode::is_enabled() ? once_differentiable(std::move(out)) : out;
 }

@@ -39,7 +39,8 @@ def test_explain_names_the_library_path_cuda():
         assert tga.explain(a, b, bias, activation="gelu_tanh") == LT + "GELU_BIAS [BFloat16]"
         assert tga.explain(a, b, bias, activation="gelu_tanh", return_preact=True) == \
             LT + "GELU_AUX_BIAS [BFloat16]"
-        assert tga.explain(a, b, None, activation="relu") == LT + "RELU [BFloat16]"
+        # Not cuBLASLt's RELU, which turns NaN into 0.
+        assert tga.explain(a, b, None, activation="relu") == LT + "DEFAULT, then the activation pass [BFloat16]"
         # Z for the backward when an input requires grad, as gemm_act decides.
         assert tga.explain(a, b, bias.clone().requires_grad_(), activation="gelu_tanh") == \
             LT + "GELU_AUX_BIAS [BFloat16]"
@@ -73,18 +74,19 @@ def _check_rule():
         assert fused.startswith("sm90: ") and fused.endswith("kmajor B [BFloat16]"), fused
     else:
         assert fused == LT + "BIAS, then the activation pass [BFloat16]", fused
-    # relu and gelu_tanh without Z: cuBLASLt's own epilogue on every GPU up
-    # to one tile row, at short K, at long K with N <= 4096 and, for relu,
-    # at long K whatever N; elsewhere the sm90 kernels on Hopper.
+    # gelu_tanh without Z: cuBLASLt's own epilogue on every GPU up to one
+    # tile row, at short K and at long K with N <= 4096; elsewhere the sm90
+    # kernels on Hopper. relu: the bias epilogue and the pass, or the sm90
+    # kernels.
     a4, w4 = random_operands(1024, 4096, 8192, torch.bfloat16, "cuda")
     bias4 = torch.randn(8192, dtype=torch.bfloat16, device="cuda")
-    assert tga.explain(a4, w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
     wide = [tga.explain(a4, w4.t(), bias4, activation="gelu_tanh"),
+            tga.explain(a4, w4.t(), bias4, activation="relu"),
             tga.explain(a4[:, :1024], w4[:, :1024].t(), bias4, activation="relu")]
     if hopper:
         assert all(plan.startswith("sm90: ") for plan in wide), wide
     else:
-        assert wide == [LT + "GELU_BIAS [BFloat16]", LT + "RELU_BIAS [BFloat16]"], wide
+        assert wide == [LT + "GELU_BIAS [BFloat16]"] + [LT + "BIAS, then the activation pass [BFloat16]"] * 2, wide
     # At K = 4096, an output at least as tall as wide from 8192 columns: the
     # library on every GPU; one row less, the sm90 kernels on Hopper.
     a8, w8 = random_operands(8192, 4096, 8192, torch.bfloat16, "cuda")
@@ -98,7 +100,7 @@ def _check_rule():
     assert short_k == LT + "GELU_BIAS [BFloat16]", short_k
     narrow_n = tga.explain(a4, w4[:4096].t(), bias4[:4096], activation="gelu_tanh")
     assert narrow_n == LT + "GELU_BIAS [BFloat16]", narrow_n
-    assert tga.explain(a4[:128], w4.t(), bias4, activation="relu") == LT + "RELU_BIAS [BFloat16]"
+    assert tga.explain(a4[:128], w4.t(), bias4, activation="gelu_tanh") == LT + "GELU_BIAS [BFloat16]"
     # A plain GEMM (activation none): cuBLASLt's bias epilogue, eager's own
     # call, but on Hopper the sm90 kernels at K <= 1024 or from 8192 columns.
     plain = [tga.explain(a4[:, :768], w4[:, :768].t(), bias4), tga.explain(a4, w4.t(), bias4)]
@@ -126,7 +128,7 @@ def _check_rule():
 def test_explain_under_autocast_sees_the_cast_cuda():
     a, w = random_operands(64, 136, 200, torch.float32, "cuda")
     with tga.testing.override(cuda_backend="library"), torch.autocast("cuda", dtype=torch.bfloat16):
-        assert tga.explain(a, w.t(), None, activation="relu") == LT + "RELU [BFloat16]"
+        assert tga.explain(a, w.t(), None, activation="gelu_tanh") == LT + "GELU [BFloat16]"
 
 
 @requires_cuda

@@ -2,6 +2,8 @@
 named after what was wrong; docs/DESIGN.md's "Numerics" says where each
 one was."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -46,3 +48,65 @@ def test_fp32_bias_gradient_of_a_cancelling_sum(device):
         ours = _rel_err(got, ref)
         theirs = _rel_err(grad.sum(0) if bias.dim() else grad.sum(), ref)
         assert ours <= max(3 * theirs, 1e-6), (ours, theirs)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_library_adds_split_k_partial_sums_in_fp32_cuda(monkeypatch, dtype):
+    # PyTorch allows cuBLAS to add split-K partial sums in fp16 / bf16 by
+    # default; the library's cuBLASLt calls followed that, and a short wide
+    # problem's pre-activation missed by an ulp of the partial sums: tanh of
+    # it by many of Y's ulps.
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", True)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", True)
+    a = torch.randn(22, 2056, device="cuda", dtype=dtype)
+    b = torch.randn(64, 2056, device="cuda", dtype=dtype).t()
+    bias = torch.randn(64, device="cuda", dtype=dtype)
+    z64 = a.double() @ b.double() * 1.7 + bias.double()
+    for backend in tga.testing.cuda_backends():
+        with tga.testing.override(cuda_backend=backend):
+            y, z = tga.gemm_act(a, b, bias, activation="tanh", alpha=1.7, return_preact=True)
+        # One rounding of z: half an ulp of its magnitude, with room for the fp32 sum.
+        ulp = torch.finfo(dtype).eps * z64.abs().clamp_min(torch.finfo(dtype).tiny)
+        assert ((z.double() - z64).abs() <= ulp + 1e-4 * z64.abs().max()).all(), backend
+        assert ((y.double() - torch.tanh(z64)).abs() <= 2 * ulp.clamp(max=torch.finfo(dtype).eps) + 1e-3).all(), backend
+
+
+ACTIVATIONS = tga.ACTIVATIONS
+
+
+def _backends(device):
+    return tga.testing.cuda_backends() if device == "cuda" else ["cpu"]
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_nan_and_inf_propagate_as_pytorchs(device, activation):
+    # cuBLASLt's RELU epilogue turned NaN into 0 where torch.relu keeps it.
+    dtypes = [torch.float32, torch.bfloat16] + ([torch.float16] if device == "cuda" else [])
+    for dtype in dtypes:
+        a = torch.randn(48, 40, device=device, dtype=dtype)
+        a[3, 5], a[7, 0], a[11, 39] = float("nan"), float("inf"), -float("inf")
+        b = torch.randn(40, 24, device=device, dtype=dtype) / 8
+        bias = torch.randn(24, device=device, dtype=dtype)
+        twin = tga.activations.twin(activation)
+        expected = twin(torch.addmm(bias, a, b))
+        for backend in _backends(device):
+            with tga.testing.override(cuda_backend=backend) if device == "cuda" else contextlib.nullcontext():
+                for preact in (False, True):
+                    out = tga.gemm_act(a, b, bias, activation=activation, return_preact=preact)
+                    y = out[0] if preact else out
+                    for kind in (torch.isnan, torch.isposinf, torch.isneginf):
+                        assert torch.equal(kind(y), kind(expected)), (backend, dtype, preact, kind.__name__)
+
+
+def test_c_gradient_at_beta_zero_is_zero(device):
+    # At beta == 0 the forward does not read C; its gradient was 0 * dZ, NaN
+    # where dZ is.
+    a = torch.randn(6, 5, device=device, requires_grad=True)
+    b = torch.randn(5, 4, device=device)
+    c = torch.randn(6, 4, device=device, requires_grad=True)
+    y = tga.gemm_act(a, b, None, c, activation="gelu", beta=0.0)
+    grad = torch.randn_like(y)
+    grad[2, 1] = float("nan")
+    (grad_c,) = torch.autograd.grad(y, c, grad)
+    assert torch.equal(grad_c, torch.zeros_like(c))

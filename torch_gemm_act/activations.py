@@ -55,13 +55,13 @@ _IN_PLACE = {
     "sigmoid": lambda y, slope: torch.sigmoid_(y),
 }
 # The activations ATen's torch._addmm_activation applies on CUDA in the
-# epilogue of cuBLASLt's GEMM (RELU_BIAS, GELU_BIAS), as one op without
-# autograd: activation -> (its use_gelu, the dtypes where it computes ours;
-# None: all). Its GELU is the tanh form, to within bf16's and fp16's
-# rounding; in fp32 its approximation is coarser than the rounding
-# (bench.py's probe finds it neither GELU there), so fp32 is not listed.
+# epilogue of cuBLASLt's GEMM (GELU_BIAS), as one op without autograd:
+# activation -> (its use_gelu, the dtypes where it computes ours; None:
+# all). Its GELU is the tanh form, to within bf16's and fp16's rounding; in
+# fp32 its approximation is coarser than the rounding (bench.py's probe
+# finds it neither GELU there), so fp32 is not listed. Not its RELU_BIAS,
+# which turns NaN into 0 where torch.relu keeps it.
 _ADDMM_EPILOGUES = {
-    "relu": (False, None),
     "gelu_tanh": (True, frozenset((torch.float16, torch.bfloat16))),
 }
 # Other libraries' activation modules that compute one of ours exactly, by

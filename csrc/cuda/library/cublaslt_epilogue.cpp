@@ -70,16 +70,12 @@ std::optional<LtCase> match(const GemmActArgs& args) {
   if (p.bias_kind != BiasKind::None && !bias) return std::nullopt;
   const bool z = p.z != nullptr;
   // cuBLASLt's own activation where it is exactly ours and writes what is
-  // asked: RELU without Z (Z is not what it keeps), GELU (the tanh form),
-  // with Z as its aux matrix (whose leading dimension, N, must be a multiple
-  // of 8). Any other case: the pre-activation through the bias epilogue into
-  // Z (when stored) or Y, then the activation pass, as eager F.linear and
-  // its activation do; relu and rounding commute, so Y is the same whether
-  // Z is stored or not.
-  if (p.activation == Activation::ReLU && !z) {
-    lt.epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    lt.name = bias ? "RELU_BIAS" : "RELU";
-  } else if (p.activation == Activation::GELUTanh && (!z || p.n % 8 == 0)) {
+  // asked: GELU (the tanh form), with Z as its aux matrix (whose leading
+  // dimension, N, must be a multiple of 8). Not its RELU, which turns NaN
+  // into 0 where torch.relu keeps it. Any other case: the pre-activation
+  // through the bias epilogue into Z (when stored) or Y, then the activation
+  // pass, as eager F.linear and its activation do.
+  if (p.activation == Activation::GELUTanh && (!z || p.n % 8 == 0)) {
     lt.gelu_aux = z;
     lt.epilogue = z ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                     : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
@@ -124,23 +120,16 @@ uint32_t alignment_bytes(const void* ptr) {
   return align;
 }
 
-// The split-K reduction schemes the heuristic may choose, as PyTorch's own
-// cuBLASLt calls allow them (torch.backends.cuda.matmul.allow_fp16_ /
-// allow_bf16_reduced_precision_reduction): 0 for any, so partial sums may
-// be added in fp16 / bf16 where the setting allows it, as in F.linear.
+// The split-K reduction schemes the heuristic may choose: partial sums added
+// in the compute type (fp32) or none, never in fp16 / bf16, whatever
+// PyTorch's allow_fp16_/allow_bf16_reduced_precision_reduction permit. A
+// partial sum rounded to the output type is off by an ulp of the partial,
+// not of the result: the pre-activation of a short, wide problem then
+// missed by many of Y's ulps after tanh or sigmoid and flipped relu masks
+// (docs/DESIGN.md, "Numerics").
 uint32_t reduction_scheme_mask(cudaDataType_t type) {
   if (type != CUDA_R_16F && type != CUDA_R_16BF) return 0;
-  const at::Context& ctx = at::globalContext();
-  const at::CuBLASReductionOption option =
-      type == CUDA_R_16F ? ctx.allowFP16ReductionCuBLAS() : ctx.allowBF16ReductionCuBLAS();
-  switch (option) {
-    case at::CuBLASReductionOption::AllowReducedPrecisionWithSplitK:
-      return 0;
-    case at::CuBLASReductionOption::DisallowReducedPrecisionAllowSplitK:
-      return CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_NONE;
-    default:
-      return CUBLASLT_REDUCTION_SCHEME_NONE;
-  }
+  return CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_NONE;
 }
 
 AlgoCache& algo_cache() {

@@ -1,7 +1,7 @@
 // cuBLASLt with its own fused epilogue, for the calls whose pre-activation
 // it computes as the op does: fp16/bf16/fp32, no bias or a bias per
-// column, C (if any) row-major. Its RELU and GELU (the tanh form; Z as
-// GELU_AUX's aux matrix) where they are the call's activation; otherwise
+// column, C (if any) row-major. Its GELU (the tanh form; Z as GELU_AUX's
+// aux matrix) where that is the call's activation; otherwise
 // the bias epilogue, which eager F.linear runs for a Linear with a bias,
 // followed by the activation pass (epilogue_pass.h).
 #pragma once
@@ -20,7 +20,7 @@ namespace library {
 // nothing when the case is not one it matches.
 std::optional<std::string> cublaslt_plan(const GemmActArgs& args);
 
-// Whether cuBLASLt's own activation epilogue (RELU or GELU) computes the
+// Whether cuBLASLt's own activation epilogue (GELU) computes the
 // whole call, with no activation pass after it.
 bool cublaslt_fuses_activation(const GemmActArgs& args);
 

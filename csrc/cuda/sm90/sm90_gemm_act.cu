@@ -244,36 +244,16 @@ constexpr int64_t kMaxDirectK = 4096;
 // One tile row of this family's small-M tiles (library_is_faster_few_rows).
 constexpr int64_t kMaxSmallTileM = 128;
 
-// cuBLASLt's own RELU and GELU (tanh form) epilogues, without Z (relu never
-// stores Z: its derivative comes from Y), where they were measured faster:
-// - up to one tile row of M (16 and 128 rows at K = 4096, N = 16384:
-//   0.91-0.93 x eager against this family's 0.94-0.97, H200);
-// - at short K, where the epilogue is a large share of the time (GPT-2's
-//   MLP x12 in inference, K = 768: 0.819 x eager through the epilogue
-//   against 0.875 through this family, H100, two runs; 0.85 against 0.90
-//   on an H200; 32768x768x3072 level);
-// - at long K with N <= 4096 (4096^3 bf16, time / torch.mm: relu 1.022
-//   against 1.056, gelu_tanh 1.007 against 1.077, fp16 relu 1.022 against
-//   1.043);
-// - relu at long K whatever N (bf16, relu inference / forward, time /
-//   torch.mm: 8192x4096x16384 1.08 / 1.02 against 1.10 / 1.09,
-//   4096x4096x16384 0.99 / 0.98 against 1.04 / 1.04, 8192x4096x12288
-//   1.06 / 1.02 against 1.08 / 1.10; at 4096x4096x11008 level, 1.00 / 1.06
-//   against 1.03 / 1.02; bench/results/20261127T160651Z_be8e008_wide_n.log).
-//   gelu_tanh there went both ways (4096x4096x11008 1.11 against 1.06).
-// Elsewhere this family is faster (bench/results/20261127T105000Z_dbc3ea2_sweep.log,
-// H100, 5 interleaved rounds: gelu_tanh 8192x4096x16384 1.027 against
-// 1.142, 4096x4096x11008 0.953 against 1.106; 16384x1024x4096 gelu_tanh
-// 1.010 against 1.106; 12608x1024x4096 1.077 against 1.161). That sweep
-// read relu the other way at long K (8192x4096x16384 1.009 against 1.037,
-// 4096x4096x11008 0.949 against 1.052), the op bench in every run since
-// as above. The library runs them when it can
-// (library::cublaslt_fuses_activation).
+// cuBLASLt's own GELU (tanh form) epilogue, without Z, where it was measured
+// faster than this family (docs/DESIGN.md, "Dispatch"): up to one tile row
+// of M, at short K (the epilogue a large share of the time), and at long K
+// with N <= 4096. The library runs it when it can
+// (library::cublaslt_fuses_activation); its RELU epilogue, which turns NaN
+// into 0, it no longer runs.
 constexpr int64_t kMaxEpilogueShortK = 768;
 bool library_epilogue_is_faster(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
-  const bool epilogue_shape = p.m <= kMaxSmallTileM || p.k <= kMaxEpilogueShortK ||
-                              (p.k >= 4096 && (p.n <= 4096 || p.activation == Activation::ReLU));
+  const bool epilogue_shape = p.m <= kMaxSmallTileM || p.k <= kMaxEpilogueShortK || (p.k >= 4096 && p.n <= 4096);
   return p.z == nullptr && epilogue_shape && library::cublaslt_fuses_activation(args);
 }
 
