@@ -68,27 +68,41 @@ fi
 
 if want fuzz; then
 # The differential fuzz (tests/fuzz.py): every CUDA backend on gemm_act and
-# every route under the rule, one process each, side by side, with a fresh
-# seed; one log with a summary line per backend and route.
+# every route under the rule, side by side with a fresh seed; the routes that
+# build and fuse modules per case run as two processes (seed and seed + 1),
+# half the cases each. One log, a summary line per backend and route.
 step "differential fuzz: ${FUZZ_CASES:-10000} cases per backend and route${FUZZ_TIME:+, at most $FUZZ_TIME s each}"
 seed="${FUZZ_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+cases="${FUZZ_CASES:-10000}"
 mkdir -p "$OUT/fuzz"
-for backend in ${FUZZ_BACKENDS:-rule sm90 sm80 library simt}; do
-  python3 tests/fuzz.py --route gemm_act --backend "$backend" --cases "${FUZZ_CASES:-10000}" --seed "$seed" \
-    ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/gemm_act_$backend.log" 2>&1 &
+fuzz() {  # fuzz ROUTE BACKEND CASES SEED LOG
+  python3 tests/fuzz.py --route "$1" --backend "$2" --cases "$3" --seed "$4" \
+    ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/$5.log" 2>&1 &
+}
+for backend in ${FUZZ_BACKENDS:-rule sm90 sm80 library simt}; do fuzz gemm_act "$backend" "$cases" "$seed" "gemm_act_$backend"; done
+for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d gemm_glu gated_linear_act compile}; do
+  fuzz "$route" rule "$cases" "$seed" "$route"
 done
-for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d fuse_mlp gemm_glu gated_linear_act gated_module packed_glu compile}; do
-  python3 tests/fuzz.py --route "$route" --backend rule --cases "${FUZZ_CASES:-10000}" --seed "$seed" \
-    ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/$route.log" 2>&1 &
+for route in ${FUZZ_SLOW_ROUTES:-fuse_mlp gated_module packed_glu}; do
+  fuzz "$route" rule $(( (cases + 1) / 2 )) "$seed" "${route}_a"
+  fuzz "$route" rule $(( cases / 2 )) $(( seed + 1 )) "${route}_b"
 done
 wait
-{ echo "commit ${GEMM_ACT_COMMIT:-?}, csrc tree ${GEMM_ACT_CSRC_TREE:-?}, seed $seed"
+{ echo "commit ${GEMM_ACT_COMMIT:-?}, csrc tree ${GEMM_ACT_CSRC_TREE:-?}, seed $seed (and $(( seed + 1 )) for the routes run as two processes)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  grep -h '^fuzz ' "$OUT"/fuzz/*.log; echo; cat "$OUT"/fuzz/*.log; } > "$OUT/fuzz.log"
+  grep -h '^fuzz .*cases' "$OUT"/fuzz/*.log | python3 -c '
+import re, sys, collections
+total = collections.defaultdict(lambda: [0, 0])
+for line in sys.stdin:
+    name, n, f = re.match(r"fuzz (\S+): (\d+) cases, (\d+) failed", line).groups()
+    total[name][0] += int(n); total[name][1] += int(f)
+for name, (n, f) in sorted(total.items()):
+    print(f"fuzz {name}: {n} cases, {f} failed")'
+  echo; cat "$OUT"/fuzz/*.log; } > "$OUT/fuzz.log"
 rm -r "$OUT/fuzz"
-grep -E '^fuzz |^commit' "$OUT/fuzz.log"
-grep -qE '^fuzz .*, [1-9][0-9]* failed' "$OUT/fuzz.log" && status=1
-grep -c '^FAIL' "$OUT/fuzz.log"
+grep -E '^fuzz [^s]|^commit' "$OUT/fuzz.log" | grep -v ' s)$'
+grep -qE '^fuzz .*, [1-9][0-9]* failed$' "$OUT/fuzz.log" && status=1
+echo "FAIL lines: $(grep -c '^FAIL' "$OUT/fuzz.log")"
 fi
 
 if want sanitizer; then

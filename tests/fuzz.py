@@ -1170,8 +1170,22 @@ def _check(case, data, trial, determinism):
         bar = max(3.0 * e_pt, floor)
         if not e <= bar:
             problems.append(f"{name}: error {e:.3g} against PyTorch's {e_pt:.3g} (bar {bar:.3g})")
+            if VERBOSE:
+                problems.append(_worst(*compared[j][2:]))
     if problems:
         raise Failure("; ".join(problems))
+
+
+VERBOSE = False  # replay: the element each failing comparison is worst at
+
+
+def _worst(o, r, t, tr):
+    """Where |ours - reference| is largest, with PyTorch's and the magnitudes."""
+    diff = (o.detach().double() - r).abs().nan_to_num(nan=math.inf)
+    i = int(diff.reshape(-1).argmax())
+    at = lambda x: float(x.detach().double().reshape(-1)[i])  # noqa: E731
+    return (f"[worst at flat index {i} of {tuple(o.shape)}: ours {at(o):.6g}, float64 {at(r):.6g}, "
+            f"PyTorch's {at(t):.6g} (its float64 {at(tr):.6g}); max |float64| {float(r.abs().max()):.4g}]")
 
 
 def _or_zeros(t, like):
@@ -1243,25 +1257,30 @@ def main(argv=None):
     parser.add_argument("--backend", nargs="+", default=None, choices=BACKENDS)
     parser.add_argument("--cases", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=None, help="default: a fresh one, printed")
-    parser.add_argument("--replay", type=int, default=None, help="one case's seed, from a FAIL line")
+    parser.add_argument("--replay", type=int, nargs="+", default=None, help="cases' seeds, from FAIL lines")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds per route and backend")
+    parser.add_argument("--verbose", action="store_true", help="with --replay: where each error is worst")
     args = parser.parse_args(argv)
+    global VERBOSE
+    VERBOSE = args.verbose
     routes = sorted(ROUTES) if "all" in args.route else args.route
     backends = args.backend or (["rule"] if torch.cuda.is_available() else ["cpu"])
     if args.replay is not None:
+        failed = 0
         for route in routes:
             for backend in backends:
                 device = "cpu" if backend == "cpu" else "cuda"
-                case = draw(route, args.replay, device)
-                print(f"{route}[{backend}] {case.describe()} :: {_explain(case)}")
-                with testing.override(poison_outputs=True), _backend_context(backend):
-                    try:
-                        run_case(case)
-                        print("passed")
-                    except Failure as f:
-                        print(f"FAIL: {f}")
-                        return 1
-        return 0
+                for case_seed in args.replay:
+                    case = draw(route, case_seed, device)
+                    print(f"{route}[{backend}] {case.seed}: {case.describe()} :: {_explain(case)}")
+                    with testing.override(poison_outputs=True), _backend_context(backend):
+                        try:
+                            run_case(case)
+                            print("passed")
+                        except Failure as f:
+                            print(f"FAIL: {f}")
+                            failed += 1
+        return 1 if failed else 0
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     print(f"fuzz seed {seed}, torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}", flush=True)

@@ -28,7 +28,7 @@ def _case(dtype=torch.bfloat16):
 
 
 LT = "library: cuBLASLt matmul with epilogue "
-MM = "library: torch.mm (cuBLAS), then one epilogue pass"
+MM = "library: cuBLAS's GEMM, then one epilogue pass"
 
 
 @requires_cuda

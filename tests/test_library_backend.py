@@ -55,7 +55,7 @@ def test_gemm_then_pass_with_every_term_cuda(dtype):
     c = torch.randn(n, m, dtype=dtype, device="cuda").t()
     with tga.testing.override(cuda_backend="library"):
         assert tga.explain(a, w.t(), bias, c, activation="gelu", beta=0.5).startswith(
-            "library: torch.mm (cuBLAS), then one epilogue pass")
+            "library: cuBLAS's GEMM, then one epilogue pass")
         y, z = tga.gemm_act(a, w.t(), bias, c, activation="gelu", alpha=-0.75, beta=0.5,
                             return_preact=True)
     y_ref, z_ref = reference64(a, w.t(), bias, c, "gelu", -0.75, 0.5)

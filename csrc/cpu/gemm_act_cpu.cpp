@@ -9,6 +9,7 @@
 #include "activations.h"
 #include "cpu/cpu_backend.h"
 #include "preact.h"
+#include "stored_activation.h"
 
 namespace gemm_act {
 namespace {
@@ -40,7 +41,7 @@ void fused_epilogue(const GemmActArgs& args, const at::Tensor& acc) {
             [&](int) { return static_cast<opmath_t>(c[row * p.c_stride_m + col * p.c_stride_n]); },
             [&](int) { return static_cast<opmath_t>(bias[kBias == BiasKind::PerColumn ? col : 0]); },
             [&](int) { return static_cast<opmath_t>(bias[row]); });
-        y[row * n + col] = static_cast<scalar_t>(activate<kAct, scalar_t>(pre[0], slope));
+        y[row * n + col] = static_cast<scalar_t>(activate_stored<kAct, scalar_t>(pre[0], slope));
         if (z != nullptr) z[row * n + col] = static_cast<scalar_t>(pre[0]);
       }
     }

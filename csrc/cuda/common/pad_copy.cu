@@ -13,6 +13,7 @@
 
 #include "activations.h"
 #include "checks.h"
+#include "stored_activation.h"
 #include "cuda/common/numeric.cuh"
 
 namespace gemm_act {
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
     Element* v = reinterpret_cast<Element*>(&chunk);
 #pragma unroll
     for (int t = 0; t < kVec; ++t) {
-      v[t] = Num::from_compute(activate<kAct, Element>(Num::to_compute(v[t]), slope));
+      v[t] = Num::from_compute(activate_stored<kAct, Element>(Num::to_compute(v[t]), slope));
     }
     store_chunk(y + at.row * cols, at, chunk, cols);
   }

@@ -4,7 +4,7 @@
 // coordinates they belong to, it computes, in the compute type:
 //
 //     z = alpha * acc + beta * C[row, col] + bias      (preact.h)
-//     y = Act<kAct>::forward(z, slope)
+//     y = activate_stored<kAct, Element>(z, slope)  (stored_activation.h)
 //
 // and stores y (and z when requested) into the contiguous [M, N] outputs,
 // rounded to the storage type, skipping coordinates outside [M, N]. The
@@ -23,6 +23,7 @@
 #include "cuda/common/numeric.cuh"
 #include "gemm_act.h"
 #include "preact.h"
+#include "stored_activation.h"
 
 namespace gemm_act {
 namespace gpu {
@@ -130,7 +131,7 @@ struct EpilogueBiasAct {
     AlignedArray<Element, kW> y_out, z_out;
 #pragma unroll
     for (int j = 0; j < kW; ++j) {
-      y_out.v[j] = Num::from_compute(activate<kAct, Element>(z[j], p.slope));
+      y_out.v[j] = Num::from_compute(activate_stored<kAct, Element>(z[j], p.slope));
       z_out.v[j] = Num::from_compute(z[j]);
     }
 

@@ -46,25 +46,40 @@ struct LtCase {
   // then the epilogue pass writes Y = act(it).
   bool then_activation = false;
   bool gelu_aux = false;  // Z is GELU_AUX's aux matrix
-  cudaDataType_t data_type = CUDA_R_16BF;
+  cudaDataType_t data_type = CUDA_R_16BF;  // of A and B
+  cudaDataType_t out_type = CUDA_R_16BF;   // of C and D
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale_type = CUDA_R_32F;
   ColumnMajorOperand a, b;  // the column-major views: D = op(b) op(a)
 };
 
-std::optional<LtCase> match(const GemmActArgs& args) {
-  const GemmActParams& p = args.params;
-  LtCase lt;
-  switch (args.y.scalar_type()) {
+// The operand, compute and scale types of a GEMM on `dtype` operands whose
+// result is stored as they are; false for a dtype cuBLASLt does not take.
+bool lt_types(at::ScalarType dtype, LtCase& lt) {
+  switch (dtype) {
     case at::kHalf: lt.data_type = CUDA_R_16F; break;
     case at::kBFloat16: lt.data_type = CUDA_R_16BF; break;
     case at::kFloat:
       lt.data_type = CUDA_R_32F;
       // As torch.mm: TF32 only where PyTorch's matmul precision allows it.
-      lt.compute = at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                         : CUBLAS_COMPUTE_32F;
+      lt.compute = at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
-    default: return std::nullopt;
+    case at::kDouble:
+      lt.data_type = CUDA_R_64F;
+      lt.compute = CUBLAS_COMPUTE_64F;
+      lt.scale_type = CUDA_R_64F;
+      break;
+    default: return false;
   }
+  lt.out_type = lt.data_type;
+  return true;
+}
+
+std::optional<LtCase> match(const GemmActArgs& args) {
+  const GemmActParams& p = args.params;
+  LtCase lt;
+  // fp64 goes to the GEMM and the pass (cuBLASLt has no fp64 epilogues).
+  if (args.y.scalar_type() == at::kDouble || !lt_types(args.y.scalar_type(), lt)) return std::nullopt;
   if (p.k <= 0) return std::nullopt;
   const bool bias = p.bias_kind == BiasKind::PerColumn;
   if (p.bias_kind != BiasKind::None && !bias) return std::nullopt;
@@ -142,6 +157,97 @@ bool set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T
   return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
 }
 
+// One cublasLtMatmul: D = alpha * op(B') op(A') + beta * C, with lt's
+// epilogue, in the column-major view (D = Y^T, B' = b, A' = a).
+struct LtCall {
+  LtCase lt;
+  int device = 0;
+  int64_t m = 0, n = 0, ldc = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c = nullptr;
+  void* d = nullptr;
+  const void* bias = nullptr;  // the bias epilogues' per-column bias
+  void* aux = nullptr;         // GELU_AUX's matrix (leading dimension n)
+  double alpha = 1.0, beta = 0.0;
+};
+
+// Runs `call` on `stream`; false, having done nothing, where cuBLASLt
+// declines it.
+bool run(const LtCall& call, cudaStream_t stream) {
+  const LtCase& lt = call.lt;
+  LtObjects o;
+  if (cublasLtMatmulDescCreate(&o.desc, lt.compute, lt.scale_type) != CUBLAS_STATUS_SUCCESS) return false;
+  // D = op(b) op(a): b's view comes first.
+  bool ok = set(o.desc, CUBLASLT_MATMUL_DESC_TRANSA, lt.b.op) && set(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt.a.op) &&
+            set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt.epilogue);
+  if (ok && call.bias != nullptr) ok = set(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  // The aux matrix only for GELU_AUX (set with another epilogue, cuBLASLt
+  // wrote into it: NaN rows in Z).
+  if (ok && call.aux != nullptr) {
+    ok = set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux) &&
+         set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, call.n);
+  }
+  ok = ok &&
+       cublasLtMatrixLayoutCreate(&o.b, lt.data_type, lt.b.rows, lt.b.cols, lt.b.ld) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&o.a, lt.data_type, lt.a.rows, lt.a.cols, lt.a.ld) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&o.c, lt.out_type, call.n, call.m, call.ldc) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatrixLayoutCreate(&o.d, lt.out_type, call.n, call.m, call.n) == CUBLAS_STATUS_SUCCESS &&
+       cublasLtMatmulPreferenceCreate(&o.pref) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) return false;
+
+  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  // PyTorch's own cuBLASLt workspace for this handle and stream, as F.linear uses.
+  const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+  void* workspace = at::cuda::getCUDABlasLtWorkspace();
+  // cuBLASLt's A is our b and its B our a (D = op(b) op(a)).
+  const uint32_t align_a = alignment_bytes(call.b), align_b = alignment_bytes(call.a);
+  const uint32_t align_c = alignment_bytes(call.c), align_d = alignment_bytes(call.d);
+  const uint32_t reductions = reduction_scheme_mask(lt.out_type);
+
+  AlgoKey key;
+  key.fields = {call.device, lt.data_type, lt.out_type, lt.compute, lt.epilogue,
+                lt.b.op, int64_t(lt.b.rows), int64_t(lt.b.cols), lt.b.ld,
+                lt.a.op, int64_t(lt.a.rows), int64_t(lt.a.cols), lt.a.ld,
+                call.m, call.n, call.ldc, align_a, align_b, align_c, align_d,
+                call.bias != nullptr ? alignment_bytes(call.bias) : 0,
+                call.aux != nullptr ? alignment_bytes(call.aux) : 0, int64_t(workspace_bytes), reductions};
+  std::optional<cublasLtMatmulAlgo_t> algo = algo_cache().find(key);
+  if (!algo) {
+    const auto pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+      return cublasLtMatmulPreferenceSetAttribute(o.pref, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+    };
+    if (!(pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c) &&
+          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d) &&
+          (reductions == 0 || pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions)))) {
+      return false;
+    }
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(handle, o.desc, o.b, o.a, o.c, o.d, o.pref, 1, &heuristic, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      return false;
+    }
+    algo = heuristic.algo;
+    algo_cache().remember(key, *algo);
+  }
+  // The scalars in the scale type: float, or double for fp64.
+  const float alpha32 = static_cast<float>(call.alpha), beta32 = static_cast<float>(call.beta);
+  const bool wide = lt.scale_type == CUDA_R_64F;
+  const void* alpha = wide ? static_cast<const void*>(&call.alpha) : &alpha32;
+  const void* beta = wide ? static_cast<const void*>(&call.beta) : &beta32;
+  const cublasStatus_t status = cublasLtMatmul(handle, o.desc, alpha, call.b, o.b, call.a, o.a, beta, call.c, o.c,
+                                               call.d, o.d, &*algo, workspace, workspace_bytes, stream);
+  // An argument cuBLASLt rejects leaves nothing written: the caller falls back.
+  if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ", cublasGetStatusString(status));
+  return true;
+}
+
 }  // namespace
 
 std::optional<std::string> cublaslt_plan(const GemmActArgs& args) {
@@ -161,79 +267,21 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
   const std::optional<LtCase> lt = match(args);
   if (!lt) return false;
   const GemmActParams& p = args.params;
-  LtObjects o;
-  const cudaDataType_t scale_type = CUDA_R_32F;
-  if (cublasLtMatmulDescCreate(&o.desc, lt->compute, scale_type) != CUBLAS_STATUS_SUCCESS) return false;
-  // D = op(b) op(a): b's view comes first.
-  bool ok = set(o.desc, CUBLASLT_MATMUL_DESC_TRANSA, lt->b.op) &&
-            set(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, lt->a.op) &&
-            set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt->epilogue);
-  if (ok && p.bias_kind == BiasKind::PerColumn) ok = set(o.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
-  // The aux matrix only for GELU_AUX (set with another epilogue, cuBLASLt
-  // wrote into it: NaN rows in Z).
-  if (ok && lt->gelu_aux) {
-    ok = set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.z) &&
-         set(o.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.n));
-  }
-  const int64_t ldc = p.c != nullptr ? (p.m == 1 ? p.n : p.c_stride_m) : p.n;
-  ok = ok &&
-       cublasLtMatrixLayoutCreate(&o.b, lt->data_type, lt->b.rows, lt->b.cols, lt->b.ld) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatrixLayoutCreate(&o.a, lt->data_type, lt->a.rows, lt->a.cols, lt->a.ld) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatrixLayoutCreate(&o.c, lt->data_type, p.n, p.m, ldc) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatrixLayoutCreate(&o.d, lt->data_type, p.n, p.m, p.n) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceCreate(&o.pref) == CUBLAS_STATUS_SUCCESS;
-  if (!ok) return false;
-
-  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  // PyTorch's own cuBLASLt workspace for this handle and stream, as F.linear uses.
-  const size_t workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
-  void* workspace = at::cuda::getCUDABlasLtWorkspace();
-  void* d = lt->then_activation && p.z != nullptr ? p.z : p.y;
-  const void* c = p.c != nullptr ? p.c : d;
-  // cuBLASLt's A is our b and its B our a (D = op(b) op(a)).
-  const uint32_t align_a = alignment_bytes(p.b), align_b = alignment_bytes(p.a);
-  const uint32_t align_c = alignment_bytes(c), align_d = alignment_bytes(d);
-  const uint32_t reductions = reduction_scheme_mask(lt->data_type);
-
-  AlgoKey key;
-  key.fields = {args.y.get_device(), lt->data_type, lt->compute, lt->epilogue,
-                lt->b.op, int64_t(lt->b.rows), int64_t(lt->b.cols), lt->b.ld,
-                lt->a.op, int64_t(lt->a.rows), int64_t(lt->a.cols), lt->a.ld,
-                p.m, p.n, ldc, align_a, align_b, align_c, align_d,
-                p.bias != nullptr ? alignment_bytes(p.bias) : 0,
-                lt->gelu_aux ? alignment_bytes(p.z) : 0, int64_t(workspace_bytes), reductions};
-  std::optional<cublasLtMatmulAlgo_t> algo = algo_cache().find(key);
-  if (!algo) {
-    const auto pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
-      return cublasLtMatmulPreferenceSetAttribute(o.pref, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
-    };
-    if (!(pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes) &&
-          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a) &&
-          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b) &&
-          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c) &&
-          pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d) &&
-          (reductions == 0 || pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions)))) {
-      return false;
-    }
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(handle, o.desc, o.b, o.a, o.c, o.d, o.pref, 1, &heuristic,
-                                       &found) != CUBLAS_STATUS_SUCCESS ||
-        found == 0) {
-      return false;
-    }
-    algo = heuristic.algo;
-    algo_cache().remember(key, *algo);
-  }
-  const float alpha = static_cast<float>(p.alpha);
-  const float beta = p.c != nullptr ? static_cast<float>(p.beta) : 0.0f;
-  const cublasStatus_t status =
-      cublasLtMatmul(handle, o.desc, &alpha, p.b, o.b, p.a, o.a, &beta, c, o.c, d, o.d,
-                     &*algo, workspace, workspace_bytes, stream);
-  // An argument cuBLASLt rejects leaves nothing written: the caller falls back.
-  if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
-  TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS, "gemm_act: cublasLtMatmul failed: ",
-              cublasGetStatusString(status));
+  LtCall call;
+  call.lt = *lt;
+  call.device = args.y.get_device();
+  call.m = p.m;
+  call.n = p.n;
+  call.a = p.a;
+  call.b = p.b;
+  call.d = lt->then_activation && p.z != nullptr ? p.z : p.y;
+  call.c = p.c != nullptr ? p.c : call.d;
+  call.ldc = p.c != nullptr ? (p.m == 1 ? p.n : p.c_stride_m) : p.n;
+  call.bias = p.bias_kind == BiasKind::PerColumn ? p.bias : nullptr;
+  call.aux = lt->gelu_aux ? p.z : nullptr;
+  call.alpha = p.alpha;
+  call.beta = p.c != nullptr ? p.beta : 0.0;
+  if (!run(call, stream)) return false;
   if (lt->then_activation) {
     // D holds the whole pre-activation, Z's final value when Z is stored:
     // the pass only applies the activation and writes Y.
@@ -244,13 +292,39 @@ bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream) {
     act_only.z = nullptr;
     // With nothing per row or column left to add, D and Y (both dense
     // [m, n]) are one row of m * n elements to the pass: 16-byte accesses
-    // whatever n is (8191x4097 bf16: 0.109 ms per row of n against
-    // PyTorch's flat 0.047).
+    // whatever n is.
     act_only.n = p.m * p.n;
     act_only.m = 1;
-    launch_epilogue_pass(args.y.scalar_type(), act_only, d, stream);
+    launch_epilogue_pass(args.y.scalar_type(), act_only, call.d, /*float_acc=*/false, stream);
   }
   return true;
+}
+
+bool cublaslt_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& acc, cudaStream_t stream) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  LtCall call;
+  LtCase& lt = call.lt;
+  if (!lt_types(a.scalar_type(), lt) || k <= 0 || !acc.is_contiguous()) return false;
+  switch (acc.scalar_type()) {
+    case at::kFloat: lt.out_type = CUDA_R_32F; break;
+    case at::kDouble: lt.out_type = CUDA_R_64F; break;
+    default: return false;
+  }
+  const auto a_view = as_column_major(m, k, a.stride(0), a.stride(1));
+  const auto b_view = as_column_major(k, n, b.stride(0), b.stride(1));
+  if (!a_view || !b_view) return false;
+  lt.a = *a_view;
+  lt.b = *b_view;
+  lt.name = "DEFAULT";
+  call.device = acc.get_device();
+  call.m = m;
+  call.n = n;
+  call.a = a.const_data_ptr();
+  call.b = b.const_data_ptr();
+  call.d = acc.mutable_data_ptr();
+  call.c = call.d;
+  call.ldc = n;
+  return run(call, stream);
 }
 
 }  // namespace library

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
 #include "backend_args.h"
 
 namespace gemm_act {
@@ -27,6 +29,11 @@ bool cublaslt_fuses_activation(const GemmActArgs& args);
 // Runs the case if cuBLASLt matches it and finds an algorithm for it; false,
 // having done nothing, otherwise.
 bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream);
+
+// acc = a @ b (a [M, K], b [K, N], K > 0, each with a unit stride), acc a
+// contiguous fp32 (or fp64) tensor: the GEMM's result before any rounding to
+// a 16-bit storage type. False, having done nothing, where cuBLASLt declines.
+bool cublaslt_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& acc, cudaStream_t stream);
 
 }  // namespace library
 }  // namespace gemm_act

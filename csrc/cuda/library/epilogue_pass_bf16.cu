@@ -4,7 +4,7 @@
 namespace gemm_act {
 namespace gpu {
 namespace library {
-template void launch_epilogue_pass<__nv_bfloat16>(const GemmActParams&, const void*, cudaStream_t);
+template void launch_epilogue_pass<__nv_bfloat16>(const GemmActParams&, const void*, bool, cudaStream_t);
 }  // namespace library
 }  // namespace gpu
 }  // namespace gemm_act

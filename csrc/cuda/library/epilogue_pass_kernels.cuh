@@ -46,16 +46,17 @@ struct PassShape {
 template <class Element>
 using PassShapeFor = std::conditional_t<sizeof(Element) == 8, PassShape<128, 2, 1>, PassShape<128, 1, 1>>;
 
-// kW elements of acc at col0 of a row that starts at `src`: one aligned
+// kW elements of acc (Source: the storage type, or fp32 for a 16-bit one) at
+// col0 of a row that starts at `src`, in Element's compute type: one aligned
 // vector load where the segment is whole and kW > 1, else element by element
 // up to n; zeros past it (never stored).
-template <class Element, int kW>
-__device__ __forceinline__ void load_segment(const Element* src, int64_t col0, int64_t n,
+template <class Element, class Source, int kW>
+__device__ __forceinline__ void load_segment(const Source* src, int64_t col0, int64_t n,
                                              typename Numeric<Element>::Compute (&out)[kW]) {
-  using Num = Numeric<Element>;
-  using Compute = typename Num::Compute;
+  using Num = Numeric<Source>;
+  using Compute = typename Numeric<Element>::Compute;
   if (kW > 1 && col0 + kW <= n) {
-    const auto in = *reinterpret_cast<const AlignedArray<Element, kW>*>(src + col0);
+    const auto in = *reinterpret_cast<const AlignedArray<Source, kW>*>(src + col0);
 #pragma unroll
     for (int j = 0; j < kW; ++j) out[j] = Num::to_compute(in.v[j]);
   } else {
@@ -64,9 +65,9 @@ __device__ __forceinline__ void load_segment(const Element* src, int64_t col0, i
   }
 }
 
-template <class Element, Activation kAct, BiasKind kBias, int kW, class Shape>
+template <class Element, class Source, Activation kAct, BiasKind kBias, int kW, class Shape>
 __global__ void __launch_bounds__(Shape::kThreads)
-    epilogue_pass_rows_kernel(const EpilogueParams<Element> p, const Element* __restrict__ acc) {
+    epilogue_pass_rows_kernel(const EpilogueParams<Element> p, const Source* __restrict__ acc) {
   using Compute = typename Numeric<Element>::Compute;
   constexpr int kRows = Shape::kRows;
   const EpilogueBiasAct<Element, kAct, kBias> epilogue(p);
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(Shape::kThreads)
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = row0 + r * stride;
       if (row < p.m) {
-        load_segment<Element, kW>(acc + row * p.n, col0, p.n, values[r]);
+        load_segment<Element, Source, kW>(acc + row * p.n, col0, p.n, values[r]);
       } else {
 #pragma unroll
         for (int j = 0; j < kW; ++j) values[r][j] = Compute(0);  // not stored: apply_row_segment skips the row
@@ -90,9 +91,9 @@ __global__ void __launch_bounds__(Shape::kThreads)
   }
 }
 
-template <class Element, Activation kAct, BiasKind kBias, int kW, class Shape>
+template <class Element, class Source, Activation kAct, BiasKind kBias, int kW, class Shape>
 __global__ void __launch_bounds__(Shape::kThreads)
-    epilogue_pass_flat_kernel(const EpilogueParams<Element> p, const Element* __restrict__ acc) {
+    epilogue_pass_flat_kernel(const EpilogueParams<Element> p, const Source* __restrict__ acc) {
   using Compute = typename Numeric<Element>::Compute;
   constexpr int kUnits = Shape::kUnits;
   constexpr int64_t kSpan = int64_t(Shape::kThreads) * kW;  // one vector per thread
@@ -100,19 +101,19 @@ __global__ void __launch_bounds__(Shape::kThreads)
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kSpan * kUnits + int64_t(threadIdx.x) * kW;
   Compute values[kUnits][kW];
 #pragma unroll
-  for (int u = 0; u < kUnits; ++u) load_segment<Element, kW>(acc, first + u * kSpan, p.n, values[u]);
+  for (int u = 0; u < kUnits; ++u) load_segment<Element, Source, kW>(acc, first + u * kSpan, p.n, values[u]);
 #pragma unroll
   for (int u = 0; u < kUnits; ++u) epilogue.template apply_row_segment<kW>(0, first + u * kSpan, values[u]);
 }
 
 // Launches the pass on `stream` (no error check: the caller's).
-template <class Element, Activation kAct, BiasKind kBias, int kW, class Shape>
-void launch_pass(const EpilogueParams<Element>& e, const Element* acc, cudaStream_t stream) {
+template <class Element, class Source, Activation kAct, BiasKind kBias, int kW, class Shape>
+void launch_pass(const EpilogueParams<Element>& e, const Source* acc, cudaStream_t stream) {
   const int64_t segments = (e.n + kW - 1) / kW;
   if (e.m == 1) {
     const int64_t per_block = int64_t(Shape::kThreads) * Shape::kUnits;
     const dim3 grid(static_cast<unsigned>((segments + per_block - 1) / per_block));
-    epilogue_pass_flat_kernel<Element, kAct, kBias, kW, Shape><<<grid, Shape::kThreads, 0, stream>>>(e, acc);
+    epilogue_pass_flat_kernel<Element, Source, kAct, kBias, kW, Shape><<<grid, Shape::kThreads, 0, stream>>>(e, acc);
     return;
   }
   const int64_t blocks_x = (segments + Shape::kThreads - 1) / Shape::kThreads;
@@ -120,7 +121,7 @@ void launch_pass(const EpilogueParams<Element>& e, const Element* acc, cudaStrea
   const int64_t rows = blocks_x * grouped >= Shape::kFullGrid ? grouped : e.m;
   const int64_t blocks_y = std::min<int64_t>(rows, std::max<int64_t>(1, 65535 / blocks_x));
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y));
-  epilogue_pass_rows_kernel<Element, kAct, kBias, kW, Shape><<<grid, Shape::kThreads, 0, stream>>>(e, acc);
+  epilogue_pass_rows_kernel<Element, Source, kAct, kBias, kW, Shape><<<grid, Shape::kThreads, 0, stream>>>(e, acc);
 }
 
 }  // namespace library

@@ -78,19 +78,17 @@ struct SimtTileConfig {
                 "each thread loads whole 16-byte vectors of A and B");
 };
 
-// All: 256 threads, at most 128 registers each (two blocks per SM), no spills.
-// float32: 128 x 128 x 16 block, 8 x 8 per thread; on an H100 (exact fp32,
-// A [M, K] and the weight [N, K]) BK = 16 takes 0.92x the time of BK = 8
-// (half the barriers and transposing stores per multiply-add) and BK = 32
-// 1.06x (scripts/diag/simt_probe.cu).
-// float16 / bfloat16: the same, so a thread's share of a k-step is one
+// 256 threads. float16 / bfloat16: 128 x 128 x 16 blocks, 8 x 8 per thread,
+// at most 128 registers (two blocks per SM), a thread's share of a k-step one
 // 16-byte vector of 8 elements (converted to float in shared memory).
-// float64: 128 x 64 x 8 block, 8 x 4 per thread (on H100 1.4x faster than
-// 64 x 64 with 4 x 4 threads, and than 128 x 128 with 8 x 8 at 240 registers).
+// float32: the same tile at one block per SM: its two-level sum
+// (simt_gemm_act_kernel.cuh) holds a second 8 x 8 of sums. float64: 128 x
+// 64 x 8 blocks, 8 x 4 per thread. The tiles and BK were the fastest of
+// those measured for the fallback; docs/DESIGN.md, "The SIMT family".
 template <class Element>
 struct SimtConfig;
 template <>
-struct SimtConfig<float> : SimtTileConfig<float, 128, 128, 16, 8, 8> {};
+struct SimtConfig<float> : SimtTileConfig<float, 128, 128, 16, 8, 8, 1> {};
 template <>
 struct SimtConfig<__half> : SimtTileConfig<__half, 128, 128, 16, 8, 8> {};
 template <>
@@ -98,19 +96,11 @@ struct SimtConfig<__nv_bfloat16> : SimtTileConfig<__nv_bfloat16, 128, 128, 16, 8
 template <>
 struct SimtConfig<double> : SimtTileConfig<double, 128, 64, 8, 8, 4> {};
 
-// Large problems: a tile twice as tall, 16 x 8 per thread at up to 255
-// registers (one block per SM), for problems with at least a block per SM of
-// them (simt_gemm_act_launch.cuh). float32 only: exact fp32 on an H100 at
-// 4096^3 in 3.19 ms against 3.41 for SimtConfig<float> and 2.70 for
-// cuBLAS's sgemm; 128 x 256 tiles 3.32, 128 x 128 at one block per SM 3.53
-// (scripts/diag/simt_probe.cu). void: none for that storage type.
+// A larger tile for large problems, where the storage type has one (none
+// today); void: none.
 template <class Element>
 struct SimtLargeConfig {
   using type = void;
-};
-template <>
-struct SimtLargeConfig<float> {
-  using type = SimtTileConfig<float, 256, 128, 16, 16, 8, 1>;
 };
 
 }  // namespace simt

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "activations.h"
 #include "cuda/common/numeric.cuh"
@@ -135,6 +136,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll
     for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = Compute(0);
   }
+  // fp32 sums its k-steps in groups of kGroupSteps, each group's sum then
+  // added to `total`: a two-level sum whose rounding error grows with the
+  // group's length plus the number of groups, not with K. One fp32 chain
+  // over a long K read 3x cuBLAS's error (whose split-K sums short runs).
+  constexpr bool kTwoLevel = std::is_same_v<Element, float>;
+  constexpr int kGroupSteps = 8;
+  Compute total[kTwoLevel ? Cfg::TM : 1][kTwoLevel ? Cfg::TN : 1];
+#pragma unroll
+  for (int i = 0; i < (kTwoLevel ? Cfg::TM : 1); ++i) {
+#pragma unroll
+    for (int j = 0; j < (kTwoLevel ? Cfg::TN : 1); ++j) total[i][j] = Compute(0);
+  }
 
   // ---- mainloop --------------------------------------------------------
   const int k_steps = static_cast<int>((params.k + Cfg::BK - 1) / Cfg::BK);  // 0 when K == 0
@@ -156,6 +169,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         load_b.fetch();
       }
       multiply_k_step<Cfg>(stage_a, stage_b, tt, acc);
+      if constexpr (kTwoLevel) {
+        if ((step + 1) % kGroupSteps == 0 || step + 1 == k_steps) {
+#pragma unroll
+          for (int i = 0; i < Cfg::TM; ++i) {
+#pragma unroll
+            for (int j = 0; j < Cfg::TN; ++j) {
+              total[i][j] += acc[i][j];
+              acc[i][j] = Compute(0);
+            }
+          }
+        }
+      }
+    }
+  }
+  if constexpr (kTwoLevel) {
+#pragma unroll
+    for (int i = 0; i < Cfg::TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = total[i][j];
     }
   }
 
