@@ -92,17 +92,17 @@ wait
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   grep -h '^fuzz .*cases' "$OUT"/fuzz/*.log | python3 -c '
 import re, sys, collections
-total = collections.defaultdict(lambda: [0, 0])
+total = collections.defaultdict(lambda: [0, 0, 0])
 for line in sys.stdin:
-    name, n, f = re.match(r"fuzz (\S+): (\d+) cases, (\d+) failed", line).groups()
-    total[name][0] += int(n); total[name][1] += int(f)
-for name, (n, f) in sorted(total.items()):
-    print(f"fuzz {name}: {n} cases, {f} failed")'
+    name, *counts = re.match(r"fuzz (\S+): (\d+) cases, (\d+) failed, (\d+) unconfirmed", line).groups()
+    total[name] = [t + int(c) for t, c in zip(total[name], counts)]
+for name, (n, f, u) in sorted(total.items()):
+    print(f"fuzz {name}: {n} cases, {f} failed ({u} unconfirmed)")'
   echo; cat "$OUT"/fuzz/*.log; } > "$OUT/fuzz.log"
 rm -r "$OUT/fuzz"
 grep -E '^fuzz [^s]|^commit' "$OUT/fuzz.log" | grep -v ' s)$'
-grep -qE '^fuzz .*, [1-9][0-9]* failed$' "$OUT/fuzz.log" && status=1
-echo "FAIL lines: $(grep -c '^FAIL' "$OUT/fuzz.log")"
+grep -qE '^fuzz .*, [1-9][0-9]* failed \(' "$OUT/fuzz.log" && status=1
+echo "FAIL lines: $(grep -c '^FAIL' "$OUT/fuzz.log"), UNCONFIRMED lines: $(grep -c '^UNCONFIRMED' "$OUT/fuzz.log")"
 fi
 
 if want sanitizer; then
