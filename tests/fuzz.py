@@ -961,6 +961,14 @@ def build_compile(case, data):
     act, k, n, has_bias = COMPILE_MODELS[p["model"]]
     key = (p["model"], p["dtype"], p["train"], p["tf32"])
     if key not in _COMPILED:
+        # Every pool model is an nn.Sequential (one code object for Dynamo):
+        # past its recompile limit a model would run eagerly, untested.
+        import torch._dynamo  # loaded by torch.compile, imported here before it
+        config = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(config, name):
+                setattr(config, name, max(getattr(config, name), 1024))
         torch.manual_seed(p["model"])
         base = nn.Sequential(nn.Linear(k, n, bias=has_bias), twin(act)).to(device=dev, dtype=dtype)
         tga.enable_compile_fusion(True)
