@@ -9,7 +9,6 @@ Environment:
   GEMM_ACT_NO_SM80=1    skip the Ampere-class (mma.sync) tensor-core kernels
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
                         else the `nvidia-cutlass` wheel's cutlass_library/source/include)
-  GEMM_ACT_LAB=1        also the lab's kernels (lab/README.md); never for a release build
 
 The tensor-core families' kernels, one translation unit per configuration,
 dtype and B layout, generated from the family's table (csrc/cuda/<family>/
@@ -43,7 +42,6 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(ROOT, "csrc")
-LAB = os.path.join(ROOT, "lab")
 GENERATED = os.path.join(ROOT, "build", "generated")
 DEFAULT_CUDA_ARCHS = "8.0;9.0;10.0;12.0+PTX"
 
@@ -55,17 +53,9 @@ def _load(path, name):
     return module
 
 
-def _want_lab():
-    return os.environ.get("GEMM_ACT_LAB", "0") == "1"
-
-
 def _generate_sm90():
     """The sm90 kernel table header and kernel units (see the docstring)."""
-    table = _load(os.path.join(CSRC, "cuda", "sm90", "sm90_kernels.py"), "sm90_kernels")
-    if not _want_lab():
-        return table.generate(GENERATED)
-    lab = _load(os.path.join(LAB, "sm90", "lab_kernels.py"), "lab_kernels")
-    return table.generate(GENERATED, lab.ROWS, lab.EXTRA_TARGETS)
+    return _load(os.path.join(CSRC, "cuda", "sm90", "sm90_kernels.py"), "sm90_kernels").generate(GENERATED)
 
 
 def _generate_sm80():
@@ -168,7 +158,7 @@ def _include_closure(src, roots):
 def _object_key(src, defining):
     """What a family's object depends on: its source, the project headers it
     includes and the defining flags."""
-    roots = [CSRC, GENERATED] + ([LAB] if _want_lab() else [])
+    roots = [CSRC, GENERATED]
     digest = hashlib.sha256(" ".join(defining).encode())
     for path in [src] + _include_closure(src, roots):
         with open(path, "rb") as f:
@@ -199,9 +189,8 @@ def _compile_family_objects(family, build_temp, abi=None):
         abi = int(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
     nvcc = os.path.join(CUDA_HOME, "bin", "nvcc")
     host = ["-ccbin", os.environ["CXX"]] if os.environ.get("CXX") else []
-    # The options that change what an object is (the lab's build compiles
-    # more rows into the shared table): part of every object's key.
-    defining = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"lab={int(_want_lab())}"]
+    # The options that change what an object is: part of every object's key.
+    defining = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     gencodes = FAMILY_GENCODES[family]
     out_dir = os.path.join(build_temp, family)
     os.makedirs(out_dir, exist_ok=True)
@@ -213,7 +202,6 @@ def _compile_family_objects(family, build_temp, abi=None):
         if not (os.path.exists(obj) and os.path.exists(key_file) and open(key_file).read() == key):
             # CUTLASS's headers are needed only where something compiles.
             includes = ["-I", CSRC, "-I", GENERATED, "-I", _cutlass_include()]
-            includes += ["-I", LAB] if _want_lab() else []
             jobs.append(([nvcc, *host, "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
                           defining[0], *gencodes, "-Xcompiler", "-fPIC",
                           *includes, "-c", src, "-o", obj], key_file, key))

@@ -263,11 +263,9 @@ def time_in_turns(fns, args, device, seed=0, errors=None):
 
     Why turns of one call rather than do_bench's runs of ~100 ms one
     contender after another: on the lent hosts a model step's time drifts
-    in episodes of about that length (a host-bound step by up to 1.6x, a
-    GPU-bound one by ~10 % at the power cap), and a run falls in or out of
-    them whole. Timed so, the eager model and its identical copy read
-    0.85-1.04 of each other over 3 rounds; in turns of one call each
-    episode costs all contenders alike (lab/diag/control_spread.py)."""
+    in episodes of about that length, and a run falls in or out of them
+    whole (two identical models read far apart); in turns of one call each
+    episode costs all contenders alike (docs/MEASUREMENTS.md, "Timing")."""
     import random
 
     import torch

@@ -13,8 +13,8 @@
 #   tar czf .deps/objs.tgz -C build/temp.linux-x86_64-cpython-312 sm90 sm80
 #   (there) tar xzf .deps/objs.tgz -C build/temp.linux-x86_64-cpython-312
 # Measurement steps (not run unless named): models (bench/models.py;
-# MODELS_ARGS, e.g. "--rounds 3"), host (the lab's host-time diagnostics),
-# and the lab's sweep, clock, mmkernels, ncu, hotspots, launch.
+# MODELS_ARGS, e.g. "--rounds 3"), sweep (bench/kernel_sweep.py), and the
+# diagnostics of bench/diag: clock, mmkernels, ncu, hotspots, launch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -121,12 +121,12 @@ fi
 
 if want clock; then
 step "SM clock and board power per contender: CLOCK_ARGS='${CLOCK_ARGS:-}'"
-python3 lab/diag/clock_probe.py ${CLOCK_ARGS:-} 2>&1 | tee "$OUT/clock_probe.log" | tail -30
+python3 bench/diag/clock_probe.py ${CLOCK_ARGS:-} 2>&1 | tee "$OUT/clock_probe.log" | tail -30
 fi
 
 if want mmkernels; then
 step "the kernels torch.mm (cuBLAS) runs per benchmark shape"
-python3 lab/diag/mm_kernels.py 2>&1 | tee "$OUT/mm_kernels.log" | tail -60
+python3 bench/diag/mm_kernels.py 2>&1 | tee "$OUT/mm_kernels.log" | tail -60
 fi
 
 # ncu_case SPEC NCU_OPTIONS...: profiles the third sm90 launch of one problem,
@@ -153,7 +153,7 @@ step "ncu source counters: where the warps stall (HOTSPOT_CASE='M,K,N,act,z[,con
 ncu_case "${HOTSPOT_CASE:-16384,1024,4096,gelu,1}" --section SourceCounters \
   --section WarpStateStats -f -o "$OUT/hotspots" > "$OUT/hotspots.log" 2>&1
 ncu --import "$OUT/hotspots.ncu-rep" --page source --csv --print-source sass > "$OUT/hotspots_sass.csv" 2>&1
-python3 lab/diag/ncu_hotspots.py "$OUT/hotspots_sass.csv" --top 45 | tee "$OUT/hotspots.txt" | head -60
+python3 bench/diag/ncu_hotspots.py "$OUT/hotspots_sass.csv" --top 45 | tee "$OUT/hotspots.txt" | head -60
 rm -f "$OUT/hotspots.ncu-rep"
 fi
 
@@ -169,12 +169,7 @@ fi
 
 if want launch; then
 step "host us per kernel launch by API, parameter size and cluster"
-python3 lab/diag/launch_cost.py 2>&1 | tee "$OUT/launch_cost.log" | tail -8
+python3 bench/diag/launch_cost.py 2>&1 | tee "$OUT/launch_cost.log" | tail -8
 fi
 
-if want host; then
-step "host time against GPU time per model step (HOST_ARGS='${HOST_ARGS:-}'), and per call of one block (HOST_CASE='${HOST_CASE:-gpt2_small_mlp}')"
-python3 lab/diag/step_host_time.py ${HOST_ARGS:-} 2>&1 | tee "$OUT/step_host_time.log"
-python3 lab/diag/layer_host_time.py --case "${HOST_CASE:-gpt2_small_mlp}" 2>&1 | tee "$OUT/layer_host_time.log"
-fi
 exit $status

@@ -109,7 +109,7 @@ def _dact_configs():
 @pytest.mark.parametrize("b_layout", ["nmajor", "kmajor"])
 @pytest.mark.parametrize("shape", [(136, 64, 200), (300, 1032, 264), (8320, 64, 200)])
 def test_each_dact_kernel_matches_reference_cuda(config, b_layout, shape):
-    """Each sm90 gemm_dact configuration forced (a lab build compiles more
+    """Each sm90 gemm_dact configuration forced (a build may compile more
     than the rule's): ragged tiles, dA and the bias gradient against float64;
     8320 rows give the bias sum 65 tile rows of partials, more than its
     summing kernel's loads in flight (64)."""

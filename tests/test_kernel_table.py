@@ -1,6 +1,6 @@
 """The sm90 configuration table and its generator (csrc/cuda/sm90/sm90_kernels.py):
-one unit per configuration, dtype and B layout; names unique; the lab's rows
-only where asked for."""
+one unit per configuration, dtype and B layout; names unique; extra rows
+(an experiment's, built on a branch) only where asked for."""
 
 import importlib.util
 import os
@@ -61,16 +61,16 @@ def test_generation_is_stable_and_removes_stale_units(table, tmp_path):
     assert {u: os.path.getmtime(u) for u in units} == mtimes  # unchanged files not rewritten
 
 
-def test_lab_rows_extend_the_table(table, tmp_path):
-    lab = _load("lab/sm90/lab_kernels.py", "lab_kernels")
-    units = table.generate(str(tmp_path), lab.ROWS, lab.EXTRA_TARGETS)
+def test_extra_rows_extend_the_table(table, tmp_path):
+    base = table.CONFIGS[0]
+    extra = table.Sm90Config(base.name + "_trial", base.schedule, base.tile, base.cluster, base.epilogue_tile,
+                             (("bf16", "kmajor"),))
+    more = {base.name: (("bf16", "kmajor"),)} if ("bf16", "kmajor") not in base.targets else {}
+    units = table.generate(str(tmp_path), [extra], more)
     names = {os.path.basename(u) for u in units}
-    for r in lab.ROWS:
-        for dtype, layout in r.targets:
-            assert f"sm90_{r.name}_{dtype}_{layout}.cu" in names
-    for name, targets in lab.EXTRA_TARGETS.items():
-        for dtype, layout in targets:
-            assert f"sm90_{name}_{dtype}_{layout}.cu" in names
+    assert f"sm90_{extra.name}_bf16_kmajor.cu" in names
+    assert f"sm90_{base.name}_bf16_kmajor.cu" in names
+    assert f"sm90_{extra.name}_bf16_kmajor.cu" not in {os.path.basename(u) for u in table.generate(str(tmp_path))}
 
 
 def test_bad_rows_are_refused(table):

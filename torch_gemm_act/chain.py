@@ -91,10 +91,8 @@ def links(activation):
     Linear its output feeds: where the activation's derivative needs Z. One
     taking it from Y never chains on CUDA (``chains``), and on the CPU
     nothing is fused; the link would only make that Linear a fused module,
-    with a fused module's host time and guards under torch.compile (the
-    small fp32 MLP, relu, H200: inference 1.024 x eager linked, 0.977 with
-    the second Linear left plain; compiled 1.036 and 1.013;
-    lab/diag/host_bound_variants.py)."""
+    with a fused module's host time and guards under torch.compile, which
+    measured slower (docs/MEASUREMENTS.md, "Links and chains")."""
     return activation not in GRAD_FROM_OUTPUT
 
 
@@ -107,8 +105,8 @@ def chains(x, activation):
     a Z the layer would not store, in a kernel that replaces cuBLASLt's own
     RELU epilogue, to save a pass that moves as many bytes (with a bias: Z
     written and read, dZ written and read again for the bias, against dY
-    written, read with Y, dZ written): the LLM ReLU MLP's training step took
-    0.999 x eager chained and 0.987 not (H200, lab/diag/chain_ablation.py)."""
+    written, read with Y, dZ written), which measured slower than not
+    chaining (docs/MEASUREMENTS.md, "Links and chains")."""
     if not x.is_cuda:
         return True
     # Elsewhere gemm_dact is the GEMM and a pass: nothing saved over the layers' own backward.

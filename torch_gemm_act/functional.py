@@ -62,14 +62,14 @@ def _compiles_as_eager(a, activation=None, needs_grad=False):
     instead of the operator: on the CPU always (cpu_atens); on CUDA:
     - exact fp32 and fp64, where the operator runs the library's cuBLAS GEMM
       as eager does and Inductor fuses the rest itself (through the
-      operator, the small fp32 MLP compiled to 1.10 x compiled eager: the
-      custom op's host time and a pass Inductor would have fused);
+      operator: the custom op's host time and a pass Inductor would have
+      fused);
     - in training, activations whose derivative comes from Y (relu & co):
-      they do not chain on CUDA (chain.chains), and through the operator the
-      LLM ReLU MLP's compiled training step took 1.00 x compiled eager's
-      time (H200; 0.98 on an H100) at 548 against its 494 MiB peak (the
-      operator's backward pass writes a new dZ where Inductor's own kernel
-      may take gY's dead buffer)."""
+      they do not chain on CUDA (chain.chains), and through the operator a
+      compiled training step was no faster at a higher peak (the operator's
+      backward pass writes a new dZ where Inductor's own kernel may take
+      gY's dead buffer).
+    Measured: docs/MEASUREMENTS.md, "Compiled policy"."""
     if not isinstance(a, torch.Tensor):
         return False
     if cpu_atens(a):
@@ -139,11 +139,9 @@ def _compiles_to_glu(a, needs_grad):
     inference where the fused kernel runs (hopper_fused, from
     FUSED_GLU_MIN_ROWS rows; with the rows symbolic, the operator decides
     when it runs, and no guard is added). Elsewhere the operator is the two
-    GEMMs and one pass Inductor builds itself (the Llama MLP compiled through
-    it: 1.024 / 1.014 x compiled eager in inference / training, H200); and in
-    training the fused kernel's backward measured 1.000-1.023 x compiled
-    eager at a peak of 838 against 752 MiB (Llama-7B's MLP x2, H200, torch
-    2.11)."""
+    GEMMs and one pass Inductor builds itself, and in training the fused
+    kernel's backward was no faster than compiled eager at a higher peak
+    (docs/MEASUREMENTS.md, "Compiled policy")."""
     if needs_grad or FUSED_GLU_MIN_ROWS is None or not hopper_fused(a):
         return False
     # Imported here, under torch.compile, which has loaded it: at the
@@ -166,8 +164,7 @@ def runs_atens_ops(x, n):
     eager mode: where it is host-bound on CUDA (host_bound), and always on
     the CPU, where the operator's kernel is the reference (ATen's GEMM, then
     a scalar pass per element) that ATen's vectorised activations outrun
-    (the small fp32 MLP on 2 cores, through the operator: relu 1.02-1.27 x
-    eager, gelu 3.8-5.3 x; lab/diag/cpu_modules.py)."""
+    (docs/MEASUREMENTS.md, "CPU policy")."""
     # host_bound(x, n) or cpu_eager(x), written out: called on every layer
     # of a host-bound step, where each nested call costs host time.
     if torch.compiler.is_compiling():
@@ -180,8 +177,7 @@ def runs_atens_ops(x, n):
 def cpu_eager(x):
     """Whether x is a CPU tensor outside torch.compile: where the fused
     modules, gated ones included, run ATen's ops (the gated operator's CPU
-    kernel too is a reference: Llama's and timm's gated MLPs at 512 x 256 x
-    704 on 2 cores, through it, 1.29-1.49 x eager)."""
+    kernel too is a reference; docs/MEASUREMENTS.md, "CPU policy")."""
     return cpu_atens(x) and not torch.compiler.is_compiling()
 
 
@@ -189,9 +185,8 @@ def cpu_atens(x):
     """Whether x is a CPU tensor, whose layers run ATen's ops rather than
     the operators' CPU kernels, the references: in eager mode (cpu_eager)
     and, as eager's formula Inductor compiles, under torch.compile
-    (_compiles_as_eager; the small fp32 MLP compiled through the operator
-    on 2 cores: relu 1.06-1.23 x compiled eager, gelu 4.0-5.2 x). The
-    tests patch this to keep the operators on the CPU."""
+    (_compiles_as_eager; docs/MEASUREMENTS.md, "CPU policy"). The tests
+    patch this to keep the operators on the CPU."""
     return x.is_cpu
 
 

@@ -67,8 +67,8 @@ def _weight_and_bias(module):
     """module.weight and module.bias in eager mode, taken from its
     _parameters where both are registered there (FSDP2 and torch.func swap
     tensors in that dict too). Read as attributes, each goes through
-    nn.Module.__getattr__ after a failed lookup: about 0.6 us of host time
-    apiece, a tenth of a small layer's forward. A parametrized or
+    nn.Module.__getattr__ after a failed lookup, a noticeable share of a
+    small layer's host time. A parametrized or
     reassigned weight is no longer in _parameters and is read as an
     attribute."""
     params = module._parameters
@@ -105,27 +105,20 @@ class _WithActivation(_Fused):
         Under torch.compile, where the operator would take eager's formula
         anyway (functional._compiles_as_eager), so Inductor fuses them
         itself. Through the chain and the operator's Python, each compiled
-        call had cost about 2 us more host time per fused block (guards,
-        and chain-link writes replayed after the graph). A layer with no
+        call had cost more host time per fused block (guards, and
+        chain-link writes replayed after the graph). A layer with no
         activation whose input no link hands over is F.linear itself: through
-        the operator Inductor could not fuse its bias gradient (the LLM ReLU
-        MLP's compiled training step, its second layers through the
-        operator: 1.003-1.027 x compiled eager in six runs; as F.linear,
-        compiled eager's graph: 0.971-0.979, where a copy of the eager
-        model read 0.964-0.981, H100).
+        the operator Inductor could not fuse its bias gradient.
 
         In eager mode on CUDA, where the layer is host-bound
         (functional.host_bound): there a step's time is the host's. ATen's
         ops cost the host what eager's modules do; through the operator's
-        autograd function a training step took longer (the small fp32 MLP,
-        512 x 256 x 1024 relu, H100, contenders in turns call by call:
-        training 1.071 x eager, where a copy of the eager model read 0.999).
-        Except in training, for a LinearAct whose activation is
-        differentiated from its output (_takes_node): its own backward node
-        (functional._gemm_act_of_weight) has one node and four launches
-        where eager's Linear and activation have three nodes and six (the
-        same MLP on an H200: 0.969 x eager, copy 1.007;
-        lab/diag/host_bound_variants.py).
+        autograd function a training step took longer. Except in training,
+        for a LinearAct whose activation is differentiated from its output
+        (_takes_node): its own backward node (functional._gemm_act_of_weight)
+        has one node and four launches where eager's Linear and activation
+        have three nodes and six. (Measured: docs/MEASUREMENTS.md, "Host-bound
+        policy".)
 
         On the CPU, always (functional.runs_atens_ops).
 
