@@ -122,9 +122,9 @@ class _WithActivation(_Fused):
 
         On the CPU, always (functional.runs_atens_ops).
 
-        With no backward to record, a relu layer (or a half-precision
-        tanh GELU one) with a bias runs one op where eager ran two
-        (_epilogue_of), in eager mode or traced.
+        With no backward to record, a half-precision tanh GELU layer with a
+        bias runs one op where eager ran two (_epilogue_of), in eager mode or
+        traced.
 
         Either way a chain's second layer still takes what the first
         published (the first layer's backward counts on it)."""
