@@ -110,3 +110,50 @@ def test_c_gradient_at_beta_zero_is_zero(device):
     grad[2, 1] = float("nan")
     (grad_c,) = torch.autograd.grad(y, c, grad)
     assert torch.equal(grad_c, torch.zeros_like(c))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_library_rounds_the_preactivation_once_cuda(dtype):
+    # Where cuBLASLt's epilogue cannot take the call (here a bias per row),
+    # the library wrote the GEMM's result in the storage type and the pass
+    # added the bias to it: 1024 + 1.5 rounded to 1024 first, minus 1024, gave
+    # 0 for 1.5.
+    a = torch.tensor([[1024.0, 1.5]] * 4, device="cuda", dtype=dtype)
+    b = torch.ones(2, 3, device="cuda", dtype=dtype)
+    bias = torch.full((4, 1), -1024.0, device="cuda", dtype=dtype)
+    with tga.testing.override(cuda_backend="library"):
+        y, z = tga.gemm_act(a, b, bias, activation="gelu", return_preact=True)
+    assert torch.equal(z, torch.full_like(z, 1.5))
+
+
+@pytest.mark.parametrize("activation", ["tanh", "sigmoid"])
+def test_fp32_tanh_and_sigmoid_round_as_pytorchs(device, activation, monkeypatch):
+    # Their backward reads Y, where 1 - y^2 and y (1 - y) near +-1 keep none of
+    # the digits of an error in y; the float forms were ~16 ulps off.
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    z = torch.linspace(-12, 12, 4097, device=device, dtype=torch.float32)[:, None]
+    one = torch.ones(1, 1, device=device)
+    expected = getattr(torch, activation)(z.double()).float()
+    for backend in _backends(device):
+        if backend in ("sm90", "sm80"):
+            continue  # fp32 there is TF32 (sm90) or not taken (sm80)
+        with tga.testing.override(cuda_backend=backend) if device == "cuda" else contextlib.nullcontext():
+            y = tga.gemm_act(z, one, activation=activation)
+        ulp = torch.finfo(torch.float32).eps * expected.abs().clamp_min(torch.finfo(torch.float32).tiny)
+        assert ((y - expected).abs() <= 2 * ulp).all(), backend
+
+
+@requires_cuda
+def test_simt_fp32_sums_a_long_k_as_accurately_as_cublas_cuda():
+    # One fp32 chain over a long K read 3x cuBLAS's error; the SIMT kernel now
+    # sums groups of k-steps apart.
+    torch.manual_seed(0)
+    a = torch.randn(64, 16384, device="cuda")
+    b = torch.randn(16384, 96, device="cuda")
+    ref = a.double() @ b.double()
+    cublas = _rel_err((a @ b).float(), ref)
+    assert not torch.backends.cuda.matmul.allow_tf32
+    with tga.testing.override(cuda_backend="simt"):
+        ours = _rel_err(tga.gemm_act(a, b), ref)
+    assert ours <= 3 * cublas, (ours, cublas)  # the fuzz's bar
