@@ -112,7 +112,7 @@ def _want_sm90():
 
 
 def _want_sm80():
-    # Built where the list names an Ampere-class or Hopper arch (the H100
+    # Built where the list names an Ampere-class or Hopper arch (a Hopper GPU
     # runs the family forced, to test it).
     if os.environ.get("GEMM_ACT_NO_SM80", "0") == "1":
         return False
@@ -170,7 +170,7 @@ def _object_key(src, defining):
 # family's kernel units and the code they are compiled for.
 FAMILY_GENCODES = {
     "sm90": ["-gencode", "arch=compute_90a,code=sm_90a"],
-    # sm_80 SASS runs on 8.0 to 8.9; sm_90's lets the H100 test the family.
+    # sm_80 SASS runs on 8.0 to 8.9; sm_90's lets a Hopper GPU test the family.
     "sm80": ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_80,code=sm_90"],
 }
 

@@ -137,7 +137,7 @@ GEMM_ACT_HD T times_sigmoid(T numerator, T x) {
 // kHalf: one degree-7 polynomial in a for all of it, no clamp, no shift:
 // its first multiply takes |z| as an operand modifier, so a GELU for 16-bit
 // results takes 11 instructions per element, the epilogue's cost on
-// short-K GEMMs. A minimax fit (lab/fit_normal_tail.py) weighted to
+// short-K GEMMs. A minimax fit (its script is in git history) weighted to
 // where fp16 results are normal: in float arithmetic 4.5e-6 relative (in
 // 2^result) for a <= 4.5, 1.8e-5 up to 6 (bf16's 1% of an ulp is 3.9e-5,
 // and fp16 results are subnormal there); beyond a = 6 it keeps decaying,

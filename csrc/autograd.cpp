@@ -1,8 +1,7 @@
 // The backward of gemm_act (docs/DESIGN.md, "Backward"), registered for the
 // Autograd dispatch key: in C++, so that a call with inputs that require
-// grad costs about what an ATen op costs. (The same logic written in Python
-// through torch.library.register_autograd added about 70 us of host time to
-// every forward and more to every backward.)
+// grad costs about what an ATen op costs (Python's register_autograd costs
+// several times that; docs/MEASUREMENTS.md, "Kernel shapes and helpers").
 // The gradients themselves are layer_grads.h's.
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>

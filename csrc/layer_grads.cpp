@@ -50,8 +50,7 @@ std::tuple<at::Tensor, at::Tensor> call_activation_backward(const at::Tensor& gr
 }
 
 // cuBLAS runs a GEMM whose rows are not 16-byte aligned (in bf16: K or N
-// not a multiple of 8) on a much slower kernel: about 2 ms against 0.55
-// for the unaligned benchmark shape's dA or dW on an H100. There the
+// not a multiple of 8) on a kernel several times slower. There the
 // backward's two GEMMs run on copies whose K and N are padded with zeros to
 // 16 bytes (the zeros add nothing to any sum) and their results are sliced
 // back: on CUDA, for element types up to 4 bytes (float64 is left alone),
@@ -75,9 +74,8 @@ c10::SymInt round_up_to_16_bytes(const at::Tensor& like, const c10::SymInt& size
 // t [rows, cols] with zero rows and columns added up to [rows_to, cols_to];
 // t itself where nothing is added. On plain tensors one pass (zero_pad:
 // ATen's pad fills the whole buffer, then copies into it at about half
-// the bandwidth: 0.36 against 0.12 ms for the unaligned benchmark shape's
-// three copies on an H100); traced, ATen's, which a compiler fuses with
-// what produces t.
+// the bandwidth); traced, ATen's, which a compiler fuses with what
+// produces t.
 at::Tensor pad_to(const at::Tensor& t, const c10::SymInt& rows_to, const c10::SymInt& cols_to) {
   const c10::SymInt add_rows = rows_to - t.sym_size(0), add_cols = cols_to - t.sym_size(1);
   if (add_rows == 0 && add_cols == 0) return t;
@@ -96,8 +94,8 @@ at::Tensor pad_b_to(const at::Tensor& b, const c10::SymInt& k_to, const c10::Sym
 }
 
 // The bias's gradient from (part of) dZ alone: bias_grad, the backward
-// pass's reduction without writing dZ (6-15 % faster than PyTorch's sum over
-// rows on an H100, deterministic), or PyTorch's sum for a tensor subclass,
+// pass's reduction without writing dZ (faster than PyTorch's sum over rows,
+// and deterministic), or PyTorch's sum for a tensor subclass,
 // over the dimensions the bias broadcasts along as classify_bias reads its
 // shape (a bias per row (M, 1) of an N-D output is not PyTorch's broadcast).
 at::Tensor sum_bias_grad(const at::Tensor& grad_pre, const at::Tensor& bias) {

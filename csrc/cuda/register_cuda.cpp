@@ -70,8 +70,8 @@ constexpr CudaForwardBackend kForwardBackends[] = {
 // Where the rule starts: its first backend, or the testing switch's forced
 // one. A forced backend takes every case it can run, on any GPU it can run
 // on; the backends after it take the rest, as on a GPU where it comes first
-// (sm80 forced on an H100: the family on every fp16/bf16 case it can run,
-// the library on the others).
+// (sm80 forced on a Hopper GPU: the family on every fp16/bf16 case it can
+// run, the library on the others).
 const CudaForwardBackend* first_backend() {
   if (!testing::active()) return std::begin(kForwardBackends);
   const std::string forced = testing::overrides().cuda_backend;

@@ -31,11 +31,10 @@ constexpr int64_t kMaxColumnPartials = kPartialGroup * kPartialGroup;
 
 // How many elements a thread moves per access (a "chunk": 16 bytes on the
 // vector path, one element otherwise) and how many chunks it has in flight
-// per loop iteration: 2 on the vector path (64 bytes of loads in flight per
-// thread at 1024 threads an SM: ~94% of a plain elementwise op's bandwidth on
-// an H100; more needs registers the 64-register budget does not have), 4 on
-// the scalar path (which only odd widths and misaligned tensors take; 8 was
-// no faster there and spilled).
+// per loop iteration: 2 on the vector path (near a plain elementwise op's
+// bandwidth; more needs registers the 64-register budget does not have), 4
+// on the scalar path (odd widths and misaligned tensors; 8 was no faster
+// and spilled).
 template <class Element, bool kVec>
 struct ChunkShape {
   static constexpr int kWidth = kVec ? static_cast<int>(16 / sizeof(Element)) : 1;

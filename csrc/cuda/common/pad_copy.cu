@@ -26,9 +26,8 @@ constexpr int kThreads = 256;
 // whatever the alignment of its rows: a row whose start is not 16-byte
 // aligned has a short chunk first (its `head` elements, then the aligned
 // ones) and perhaps a short one last. Short chunks are stored element by
-// element, full ones whole. (Stores of a 16-byte chunk per thread split
-// into elements took 0.180 ms for the unaligned benchmark shape's Y, and
-// one element per thread 0.084, against ATen's 0.071.) Chunk i of the grid
+// element, full ones whole (16-byte chunks split into elements, or one
+// element a thread, were slower than ATen's copy). Chunk i of the grid
 // is chunk i % chunks_per_row of row i / chunks_per_row; one resident wave
 // of blocks strides over them.
 struct ChunkAt {

@@ -1,13 +1,11 @@
 // One-pass padded copies: for the sm90 family's staging (sm90_staging.h)
 // and the backward's cuBLAS operands (the zero_pad operator); and the
 // staged forward's results out of its aligned buffer, Z and Y = act(Z) in
-// one pass (activate_copy). ATen's
-// strided copy of a [rows, cols] block into a buffer with another row
-// stride ran at about 1.9 TB/s on an H100 (0.071 ms for the unaligned
-// benchmark shape's A), and the padding took a launch of its own. This
-// writes the whole destination in one launch, with 16-byte stores on every
-// 16-byte aligned chunk of its rows, however they are aligned (0.038 ms for
-// that A).
+// one pass (activate_copy). ATen's strided copy into a buffer of another
+// row stride pads in a launch of its own; this writes the whole destination
+// in one launch, with 16-byte stores on every 16-byte aligned chunk of its
+// rows, however they are aligned (about twice as fast; docs/MEASUREMENTS.md,
+// "Kernel shapes and helpers").
 #pragma once
 
 #include <ATen/core/Tensor.h>

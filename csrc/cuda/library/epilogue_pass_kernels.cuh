@@ -1,6 +1,5 @@
 // The epilogue pass's kernels and their grids, without PyTorch (the
-// launcher, epilogue_pass.cuh, adds the launch check; lab/diag's
-// pass_probe.cu times other shapes of them).
+// launcher, epilogue_pass.cuh, adds the launch check).
 //
 // Two kernels over a GEMM result acc [m, n] (may be Y's or Z's own memory:
 // each thread reads its elements before it writes them):
@@ -37,12 +36,9 @@ struct PassShape {
   static constexpr int64_t kFullGrid = 1024;
 };
 
-// The shape the extension's pass runs per element size, the
-// fastest of lab/diag/pass_probe.cu's on an H200 (L2 flushed; 256 threads
-// and 4 rows a thread before): double's erf GELU with a bias at 2048 x 2048
-// 28.7 -> 26.6 us with two rows a thread; one row a thread elsewhere (fp32
-// at 4096 x 4096 39.3 -> 37.4, bf16 at 8192 x 16384 193 -> 155), the flat
-// pass as fast as before (within 1 %).
+// The shape the extension's pass runs per element size, the fastest
+// measured: two rows a thread for double (its slow erf), one elsewhere
+// (docs/MEASUREMENTS.md, "Kernel shapes and helpers").
 template <class Element>
 using PassShapeFor = std::conditional_t<sizeof(Element) == 8, PassShape<128, 2, 1>, PassShape<128, 1, 1>>;
 

@@ -130,7 +130,7 @@ Sm80Case classify(const GemmActArgs& args) {
   out.dtype = *dtype;
   out.device = args.a.get_device();
   const DeviceInfo& info = device_info(out.device);
-  // The family has been measured only forced on an H100, where it runs
+  // The family has been measured only forced on a Hopper GPU, where it runs
   // below cuBLAS; until an Ampere-class GPU measures it against eager, the
   // rule leaves those GPUs to the library (eager's own kernels) and the
   // family runs only when forced (TORCH_GEMM_ACT_BACKEND=sm80), on any GPU

@@ -1,7 +1,7 @@
 // Which sm80 configuration a problem gets, and the tile order it runs in.
 // No PyTorch, no CUTLASS: the entry chooses the configuration, the launch
 // the band height. Not yet measured: the efficiencies below are estimates
-// (bench on an sm_80/86/89 part and an H100 before trusting them).
+// (bench on an sm_80/86/89 part before trusting them).
 #pragma once
 
 #include <algorithm>

@@ -8,8 +8,8 @@
 // the layer before, [M, N] row-major) as the collective's source C: the
 // producer warp loads it by TMA ahead of the consumers, as the forward's
 // epilogue stores Z (GmemSourceFetch's per-thread loads, which the forward
-// keeps for its rare, any-strided C, made this GEMM 1.17x the GEMM and the
-// backward pass it replaces). dA is the kernel's D. No bias, no Z.
+// keeps for its rare, any-strided C, made this GEMM slower than the GEMM
+// and the backward pass it replaces). dA is the kernel's D. No bias, no Z.
 //
 // The column sums are the layer before's bias gradient, taken from the fp32
 // dA in registers instead of reading dA back from memory: each tile writes

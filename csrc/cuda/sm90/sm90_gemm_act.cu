@@ -215,17 +215,12 @@ bool forced_here() {
   return o.cuda_backend == "sm90" || !o.sm90_kernel.empty();
 }
 
-// A plain GEMM (activation none, no C) with at most a bias per column is
-// exactly what eager F.linear runs through cuBLASLt, and the library backend
-// runs that same kernel (with Z, a copy of Y, as well). This family's
-// 16-bit kernels were faster at short K or wide N (bf16 with a bias,
-// inference, time / the library's: K <= 1024, 32768x768x3072 0.92,
-// 16384x1024x4096 0.93, 12608x1024x3072 0.95, 32768x1024x1024 0.95,
-// 8192x768x3072 0.97, 32768x768x768 0.97; N >= 8192, 4096x4096x11008
-// 0.92, 8192x4096x16384 0.94, 4096x4096x16384 0.98, 8192x2048x8192 1.00)
-// and slower elsewhere (8192x3072x768 1.50, 8192x2048x4096 1.05, 4096^3
-// 1.04, 12608x4096x1024 1.03; lab/diag/no_act_shapes.json,
-// bench/results/20261128T202709Z_2b7c591_no_act.log). TF32 was not measured.
+// Where the library is faster on aligned operands, each rule a measured
+// boundary (docs/MEASUREMENTS.md, "sm90 dispatch rules").
+
+// plain_gemm_is_eager: a plain GEMM (no activation, no C, at most a column
+// bias) is eager F.linear's own cuBLASLt call, which the library runs; this
+// family's 16-bit kernels win it only at short K or wide N.
 constexpr int64_t kMaxPlainShortK = 1024;
 constexpr int64_t kMinPlainWideN = 8192;
 bool library_is_eager(const GemmActParams& p, Dtype dtype) {
@@ -235,21 +230,15 @@ bool library_is_eager(const GemmActParams& p, Dtype dtype) {
   return plain && !family_faster;
 }
 
-// Beyond this K the library (cuBLAS's GEMM, then eager's own activation
-// pass) was faster on aligned operands: 8192^3 bf16 gelu 1.09x torch.mm
-// against this family's 1.34x (its 4096-K shapes win: 4096^3 gelu 1.09x
-// against eager's 1.15x; 8192x4096x16384 1.12x against 1.13x).
+// long_k: beyond this K cuBLAS's GEMM and eager's pass win.
 constexpr int64_t kMaxDirectK = 4096;
 
 // One tile row of this family's small-M tiles (library_is_faster_few_rows).
 constexpr int64_t kMaxSmallTileM = 128;
 
-// cuBLASLt's own GELU (tanh form) epilogue, without Z, where it was measured
-// faster than this family (docs/DESIGN.md, "Dispatch"): up to one tile row
-// of M, at short K (the epilogue a large share of the time), and at long K
-// with N <= 4096. The library runs it when it can
-// (library::cublaslt_fuses_activation); its RELU epilogue, which turns NaN
-// into 0, it no longer runs.
+// lt_epilogue: cuBLASLt's own GELU (tanh) epilogue, without Z, up to one
+// tile row, at short K, and at long K with N <= 4096; never its RELU
+// epilogue, which turns NaN into 0 (library::cublaslt_fuses_activation).
 constexpr int64_t kMaxEpilogueShortK = 768;
 bool library_epilogue_is_faster(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
@@ -257,44 +246,21 @@ bool library_epilogue_is_faster(const GemmActArgs& args) {
   return p.z == nullptr && epilogue_shape && library::cublaslt_fuses_activation(args);
 }
 
-// At long K on outputs at least as tall as they are wide, from 8192
-// columns, the library (cuBLAS's GEMM and eager's pass, or cuBLASLt's
-// epilogue) was faster in every row measured, this family's best tiles and
-// bands included (bf16, time / torch.mm, gelu inference / forward with Z:
-// 8192x4096x8192 1.15 / 1.19 against 1.10 / 1.10, 16384x4096x16384 1.15 /
-// 1.19 against 1.12 / 1.12, bench/results/20261127T160651Z_be8e008_wide_n.log;
-// 16384x4096x11008 silu with Z 1.119 against 1.116, fp16 relu 1.072
-// against 1.013, ..._sweep.log). Wider than tall, this family held its own
-// (8192x4096x16384 gelu 1.11 / 1.14 against 1.16 / 1.13, 4096x4096x11008
-// 1.05 / 1.07 against 1.16 / 1.15).
+// tall_long_k: long K, from 8192 columns, at least as tall as wide.
 bool library_is_faster_tall(const GemmActParams& p) {
   return p.k >= kMaxDirectK && p.n >= 8192 && p.m >= p.n;
 }
 
-// Below this many multiply-adds the library (cuBLASLt's GEMM, then eager's
-// own activation pass) was faster on aligned operands, its kernels choosing
-// tiles and split-K for problems that fill few of this family's tiles (bf16
-// gelu inference, time / eager: 1536^3 0.97 against this family's 1.18,
-// 1000x4096x1000 0.98 against 2.01, 1024x768x3072 0.96 against 1.05,
-// 1000^3 0.96 against 1.11). Above it this family wins (2048^3 0.92 against
-// 0.97, 2048x768x3072 0.84 against 0.94, 2048x1024x4096 0.81 against
-// 0.94); one shape below went the other way (512x1024x4096 0.93 against
-// 0.96).
+// small: below 2^32 multiply-adds cuBLAS's tiles and split-K fill the GPU
+// where this family's tiles are too few.
 constexpr double kMinDirectMultiplyAdds = 4294967296.0;  // 2^32
 bool library_is_faster_small(const GemmActParams& p) {
   return static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) <
          kMinDirectMultiplyAdds;
 }
 
-// Between one 128-row tile and this many rows the library was faster
-// whatever the size: two to six tile rows of a long-K problem fill the SMs
-// in too few, too uneven waves, where cuBLAS splits K or takes smaller
-// tiles (bf16 gelu inference at K = 4096, time / eager, the library's
-// first: 192x4096x16384 0.98 against 1.40, 256x4096x11008 0.98 against
-// 1.30, 384x4096x4096 0.98 against 1.69, 512x4096x11008 0.98 against
-// 1.07, 768x4096x4096 0.98 against 1.21; at most 2-4% the other way, in
-// forwards storing Z at N = 16384). Up to 128 rows this family's small-M
-// tiles stream the weight as fast (128x4096x16384 gelu 0.94 against 0.99).
+// few_rows: two to six 128-row tiles fill the SMs in too few, uneven waves
+// (cuBLAS splits K); up to one tile row the small-M tiles stream as fast.
 constexpr int64_t kMaxFewRowsM = 768;
 bool library_is_faster_few_rows(const GemmActParams& p) {
   return p.m > kMaxSmallTileM && p.m <= kMaxFewRowsM;
@@ -407,16 +373,10 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   return true;
 }
 
-// The rule runs the fused kernel from kMinGluRows rows, in training (H
-// stored) only below kMinComposedPreactK; the composite (cuBLAS's two GEMMs
-// into H, then the gate's pass) elsewhere. Measured (H200, swiglu bf16,
-// time / eager; docs/DESIGN.md, "Gated activations"): in inference at
-// Llama-7B's widths the fused kernel read 1.21 against 0.93 at 256 rows,
-// level at 1536, 0.93 against 0.97 at 2048. Keeping H, at K = 4096 and
-// 5120 the composite's forward was level or ahead (0.95-0.96 against
-// 0.96-0.99, three runs); below, neither won everywhere (2-4 % either way),
-// and timm's packed GluMlp (K = 1024) trained at 0.82 with the fused kernel
-// against 0.85-0.88 with the composite.
+// glu_rows, glu_preact_k: the fused kernel from kMinGluRows rows, keeping H
+// only below kMinComposedPreactK; the composite (cuBLAS's two GEMMs into H,
+// then the gate's pass) elsewhere (docs/MEASUREMENTS.md, "sm90 dispatch
+// rules").
 namespace {
 constexpr int64_t kMinComposedPreactK = 4096;
 bool fused_glu_pays(const GemmActParams& p, bool store_preact) {

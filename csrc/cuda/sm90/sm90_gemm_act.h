@@ -34,9 +34,8 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
 // Below this many rows gemm_glu leaves the fused kernel for the composite,
-// whose GEMMs are cuBLAS's (fused_glu_pays in sm90_gemm_act.cu says what was
-// measured). Under torch.compile the Python side asks it too
-// (fused_glu_min_rows).
+// whose GEMMs are cuBLAS's (rule glu_rows, docs/MEASUREMENTS.md). Under
+// torch.compile the Python side asks it too (fused_glu_min_rows).
 constexpr int64_t kMinGluRows = 2048;
 
 // gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate +

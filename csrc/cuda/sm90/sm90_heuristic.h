@@ -1,7 +1,7 @@
 // Which sm90 kernel configuration and tile order a problem gets. No
-// autotuning at call time: a few rules, each measured on an H100 SXM (132
-// SMs) against the alternatives and torch.mm in one run (bench/kernel_sweep.py);
-// the measurements behind each are in docs/DESIGN.md, "sm90 heuristic".
+// autotuning at call time: a few rules, each measured against the
+// alternatives and torch.mm in one run of the kernel sweep (docs/DESIGN.md,
+// "sm90 heuristic"; the numbers in docs/MEASUREMENTS.md).
 #pragma once
 
 #include <algorithm>
@@ -27,16 +27,14 @@ inline int64_t tile_waves(const GemmActParams& p, const TileGeometry& g, int sm_
 
 inline int64_t element_bytes(Dtype dtype) { return dtype == Dtype::F32 ? 4 : 2; }
 
-// What the H100's L2 (50 MiB) holds of the operands a wave of tiles reads.
+// What a Hopper L2 (50 MiB) holds of the operands a wave of tiles reads.
 constexpr int64_t kL2Bytes = int64_t(48) << 20;
 
 // A launch long enough to run its whole length at the board's power cap, on
 // operands neither of which the L2 holds: there ping-pong's 128x128 tiles,
 // which read a third more operand bytes per multiply-add than cooperative's
-// 128x256, lost to them at every band (16384x4096x16384 gelu, time /
-// torch.mm: 1.29-1.38 against 1.11-1.12 from bands of 4,
-// bench/results/20261127T162000Z_584ed39_sweep.log); at 2^39 multiply-adds
-// (8192x4096x16384) ping-pong still won.
+// 128x256, lost to them at every band; at 2^39 multiply-adds ping-pong still
+// won.
 constexpr double kMaxPingpongMultiplyAdds = 549755813888.0;  // 2^39
 inline bool long_and_beyond_l2(const GemmActParams& p, Dtype dtype) {
   return static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) >
@@ -94,8 +92,7 @@ inline void choose_tile_order(const GemmActParams& p, Dtype dtype, LaunchArgs& l
   // Raster order: walk along the dimension of the smaller operand, so the
   // tiles of the larger one that a wave of CTAs shares stay few. CUTLASS's
   // own heuristic compares tile counts instead, and with equal counts
-  // (8192x16384 in 128x256 tiles) walks along N and re-reads all of the
-  // 128 MiB weight every wave.
+  // walks along N and re-reads the whole weight every wave.
   const bool along_m = p.n > p.m;
   la.raster = along_m ? Raster::AlongM : Raster::AlongN;
 
@@ -104,13 +101,10 @@ inline void choose_tile_order(const GemmActParams& p, Dtype dtype, LaunchArgs& l
   // waves walk in bands of clusters across the other side, and each band
   // reads the streamed operand once more from memory: so many bytes per
   // multiply-add as 1 / the band's span in elements. Bands span at least
-  // 512 rows or columns: 2 clusters of 1x2 128x128 tiles along M
-  // (8192x4096x16384, where 2 beat 4 and 8 by 1-4%), 4 of them along N
-  // (16384x4096x16384 cooperative: 1.12 against 1.29 with 2, 8192x4096x8192
-  // ping-pong with Z: 1.07 against 1.16). CUTLASS rounds both tile-grid
-  // sides up to a multiple of band x cluster and runs the extra tiles, so a
-  // band that would add tiles is narrowed (32768x3072, bands of 4: +33%
-  // tiles, 0.51 against 0.39).
+  // 512 rows or columns (2 clusters of 1x2 128x128 tiles along M, 4 along
+  // N: the fastest swept). CUTLASS rounds both tile-grid sides up to a
+  // multiple of band x cluster and runs the extra tiles, so a band that
+  // would add tiles is narrowed.
   const int64_t tiles_m = ceil_div(p.m, g.tile_m);
   const int64_t tiles_n = ceil_div(p.n, g.tile_n);
   const int64_t streamed_bytes = (along_m ? p.m : p.n) * p.k * element_bytes(dtype);

@@ -100,7 +100,7 @@ GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not e
 
 
 def rows_with(extra_rows=(), extra_targets=None):
-    """The table with the lab's rows and targets added (lab/sm90/lab_kernels.py)."""
+    """The table with extra rows and targets added (an experiment branch's)."""
     rows = list(CONFIGS) + list(extra_rows)
     names = [r.name for r in rows]
     if len(set(names)) != len(names):

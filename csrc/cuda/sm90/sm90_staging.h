@@ -9,13 +9,12 @@
 // tensors. B is staged K-major, the layout every dtype's kernel takes.
 // Where both Y and Z are staged, the kernel writes Z alone (activation
 // none) and one pass writes Z and Y = act(Z) from it (activate_copy): that
-// saves a buffer's store and a read (8191x4095x4097 bf16 gelu forward with
-// Z: the kernel writing both and two copies out took 0.079 ms more than
-// inference without Z, where compile's padded GEMM and pass beat it).
+// saves a buffer's store and a read.
 //
 // The copies move about (M*K + N*K + 2*M*N) elements once, against the
-// O(M*N*K) GEMM they let run on tensor cores: on an H100 an 8191x4095x4097
-// bf16 GEMM runs in about a third of cuBLAS's own time on that shape.
+// O(M*N*K) GEMM they let run on tensor cores, where cuBLAS runs such a shape
+// on a much slower kernel (docs/MEASUREMENTS.md, "Kernel shapes and
+// helpers").
 #pragma once
 
 #include <cstdint>

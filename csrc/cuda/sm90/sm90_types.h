@@ -47,7 +47,7 @@ struct ConfigSpec;
 // Puts a configuration's kernel together and launches it:
 // KernelAssembly<kAssembly>::run<kConfig, kDtype, kB, kAct>(LaunchArgs).
 // kCutlassAssembly is CUTLASS's kernels with this project's epilogue
-// (sm90_kernel.cuh); the lab (lab/sm90) adds others.
+// (sm90_kernel.cuh); an experiment branch may add others.
 constexpr int kCutlassAssembly = 0;
 template <int kAssembly>
 struct KernelAssembly;
