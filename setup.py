@@ -6,7 +6,11 @@ Environment:
   MAX_JOBS              parallel compile jobs (ninja, and the sm90 kernels)
   GEMM_ACT_CPU_ONLY=1   skip the CUDA kernels even when nvcc is present
   GEMM_ACT_NO_SM90=1    skip the Hopper (sm_90a) tensor-core kernels
-  GEMM_ACT_NO_SM80=1    skip the Ampere-class (mma.sync) tensor-core kernels
+  GEMM_ACT_SM80=1       also build the Ampere-class (mma.sync) tensor-core family,
+                        which the dispatch rule runs only when forced
+  GEMM_ACT_SIMT=1       also build the SIMT family, reached only when forced
+  (What the default build compiles, the default dispatch rule can choose; the
+  two families above are for their tests: scripts/device_check.sh builds both.)
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
                         else the `nvidia-cutlass` wheel's cutlass_library/source/include)
 
@@ -112,11 +116,15 @@ def _want_sm90():
 
 
 def _want_sm80():
-    # Built where the list names an Ampere-class or Hopper arch (a Hopper GPU
-    # runs the family forced, to test it).
-    if os.environ.get("GEMM_ACT_NO_SM80", "0") == "1":
+    # Asked for, where the list names an Ampere-class or Hopper arch (a Hopper
+    # GPU runs the family forced, to test it).
+    if os.environ.get("GEMM_ACT_SM80", "0") != "1":
         return False
     return any(a.startswith(("8.", "9.0")) for a in _archs())
+
+
+def _want_simt():
+    return os.environ.get("GEMM_ACT_SIMT", "0") == "1"
 
 
 def _cutlass_include():
@@ -262,9 +270,12 @@ def _extension():
     # Every CUDA source but the tensor-core families', whose entries (PyTorch
     # side, no CUTLASS) build here only with their kernels, which come from
     # _compile_family_objects.
-    apart = tuple(os.path.join("csrc", "cuda", f) + os.sep for f in FAMILY_GENCODES)
+    apart = tuple(os.path.join("csrc", "cuda", f) + os.sep for f in (*FAMILY_GENCODES, "simt"))
     cuda_sources = [s for s in _sources("cuda/**/*.cpp") + _sources("cuda/**/*.cu") if not s.startswith(apart)]
     macros = [("GEMM_ACT_WITH_CUDA", None)]
+    if _want_simt():
+        cuda_sources += _sources("cuda/simt/*.cpp") + _sources("cuda/simt/*.cu")
+        macros.append(("GEMM_ACT_WITH_SIMT", None))
     _generate_arch_list_header(os.environ["TORCH_CUDA_ARCH_LIST"])
     include_dirs = [CSRC, GENERATED]
     cublas = _cublas_include()

@@ -344,16 +344,22 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    args = parse_args(argv)
+    if not args.cpu_dry_run:
+        return _run(args)
+    # The CPU leaves its layers to ATen, eager or compiled; the dry run checks
+    # the fused models' plumbing, the operators and the fusion pass's
+    # included, as the module tests do (operator_everywhere).
+    import torch_gemm_act
+    with torch_gemm_act.testing.override(operator_everywhere=True):
+        return _run(args)
+
+
+def _run(args):
     import torch
 
-    args = parse_args(argv)
     if args.cpu_dry_run:
         device = "cpu"
-        # The CPU leaves its layers to ATen, eager or compiled; the dry run
-        # checks the fused models' plumbing, the operators and the fusion
-        # pass's included, as the tests keep them (tests/conftest.py).
-        import torch_gemm_act
-        torch_gemm_act.functional.cpu_atens = lambda x: False
     elif torch.cuda.is_available():
         device = "cuda"
     else:

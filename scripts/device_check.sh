@@ -6,7 +6,7 @@
 #     STEPS="build sass tests fuzz sanitizer bench models" bash scripts/device_check.sh [bench args]
 # The tensor-core kernel objects (most of a CUDA build's time) can be compiled on
 # the CPU machine instead and carried along in build/:
-#   python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
+#   GEMM_ACT_SM80=1 python setup.py build_kernel_objects --build-temp build/temp.linux-x86_64-cpython-312 --cxx11-abi 1
 # setup.py reuses each object whose inputs are unchanged.
 # Where the tracked files and both families' objects pass the device's
 # transfer limit, carry them compressed and unpack them first:
@@ -26,6 +26,8 @@ if [ -x /usr/bin/g++ ]; then
   export CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED="/usr/bin/g++ -shared"
 fi
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+# Every backend, the two the default build leaves out included, to test them.
+export GEMM_ACT_SM80="${GEMM_ACT_SM80:-1}" GEMM_ACT_SIMT="${GEMM_ACT_SIMT:-1}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 

@@ -5,7 +5,6 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import torch_gemm_act.modules
 import torch_gemm_act.testing
 
 HAS_CUDA = torch.cuda.is_available()
@@ -36,21 +35,32 @@ def _poison_outputs():
 
 
 @pytest.fixture(autouse=True)
-def _fused_modules_at_any_size(request, monkeypatch):
-    # A fused module runs ATen's ops where its layer is
-    # host-bound on CUDA (functional.runs_atens_ops), and on the CPU, eager
-    # or compiled (functional.cpu_atens). The tests check the fused
-    # operator through the modules at small sizes and on the CPU, so there
-    # it runs everywhere, except in tests marked host_bound_policy, which
-    # check the rule itself.
-    if request.node.get_closest_marker("host_bound_policy") is None:
-        monkeypatch.setattr(torch_gemm_act.modules, "runs_atens_ops", lambda x, n: False)
-        monkeypatch.setattr(torch_gemm_act.functional, "cpu_atens", lambda x: False)
-    yield
+def _operator_everywhere(request):
+    # Tests run the shipped policy, which runs a fused module's layer as
+    # ATen's ops where it is host-bound on CUDA and on the CPU
+    # (torch_gemm_act._policy). The module tests (their files marked
+    # operator_everywhere) check the operators through the modules at small
+    # sizes and on the CPU, so there the operators run everywhere, but in
+    # the tests of the rules themselves (marked shipped_policy).
+    marked = request.node.get_closest_marker("operator_everywhere") is not None
+    if not marked or request.node.get_closest_marker("shipped_policy") is not None:
+        yield
+        return
+    with torch_gemm_act.testing.override(operator_everywhere=True):
+        yield
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "host_bound_policy: the fused modules' host-bound rule as it ships")
+    config.addinivalue_line("markers", "operator_everywhere: the fused modules run the operators at any size "
+                                       "and on the CPU (the shipped policy runs ATen's ops there)")
+    config.addinivalue_line("markers", "shipped_policy: in an operator_everywhere file, the policy as it ships")
+
+
+def skip_unless_built(backend):
+    """Skips a test of a CUDA backend that this build left out (setup.py:
+    sm80 and simt are built only when asked for)."""
+    if backend not in ("rule", "cpu") and backend not in torch_gemm_act.testing.cuda_backends():
+        pytest.skip(f"this build has no {backend} backend (setup.py builds sm80 and simt when asked)")
 
 
 @pytest.fixture(params=DEVICES)

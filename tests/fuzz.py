@@ -45,8 +45,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_gemm_act as tga
-import torch_gemm_act.functional
-import torch_gemm_act.modules
 from torch_gemm_act import testing
 from torch_gemm_act.activations import GATED, GRAD_FROM_OUTPUT, USES_SLOPE, twin
 
@@ -576,23 +574,10 @@ def build_gemm_act(case, data):
                  ties=act in RELU_FAMILY)
 
 
-@contextlib.contextmanager
-def _patched(obj, name, value):
-    saved = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, saved)
-
-
 def _fused_everywhere():
-    """The fused operator at any size and on the CPU, as the tests run the
-    modules (tests/conftest.py)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(_patched(torch_gemm_act.modules, "runs_atens_ops", lambda x, n: False))
-    stack.enter_context(_patched(torch_gemm_act.functional, "cpu_atens", lambda x: False))
-    return stack
+    """The fused operator at any size and on the CPU, as the module tests
+    run it (tests/conftest.py, operator_everywhere)."""
+    return testing.override(operator_everywhere=True)
 
 
 def build_linear(case, data):

@@ -10,6 +10,9 @@ from reference import ACTIVATIONS, BIAS_KINDS, TOL, assert_close, make_bias, tor
 from torch_gemm_act.activations import GRAD_FROM_OUTPUT
 from torch_gemm_act.chain import ChainLink, chained_gemm, linear_act_linear
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 
 

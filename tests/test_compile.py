@@ -10,6 +10,9 @@ import torch_gemm_act as tga
 from conftest import requires_cuda
 from reference import BIAS_KINDS, assert_close, make_bias
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 
 @pytest.mark.parametrize("activation", ["gelu", "relu", "leaky_relu"])
 @pytest.mark.parametrize("bias_kind", BIAS_KINDS)
@@ -156,12 +159,12 @@ def test_compiled_fused_layers_taking_eagers_formula_trace_as_the_unfused_model(
     assert_close(out, expected, torch.float32)
 
 
-@pytest.mark.host_bound_policy
+@pytest.mark.shipped_policy
 @pytest.mark.parametrize("grad", [False, True])
 def test_compiled_on_the_cpu_is_atens_formula(grad):
     """Compiled on the CPU, the fused modules and the functional API trace
     eager's formula, which Inductor compiles, rather than the operators,
-    whose CPU kernels are the references (functional.cpu_atens): a fused
+    whose CPU kernels are the references (rule cpu_atens): a fused
     MLP's graph is the unfused model's, call for call, and so is
     linear_act's."""
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
@@ -227,7 +230,7 @@ def test_compiled_layer_without_activation_is_linear_where_no_link_hands_it_z(gr
     fused = tga.fuse_linear_act(copy.deepcopy(eager)).to(device=device, dtype=torch.bfloat16)
     x = torch.randn(64, 16, device=device, dtype=torch.bfloat16)
     calls, _ = _graph_calls(fused, x, grad)
-    chained = tga.chain.chain_pays(x, fused[0].weight, fused[0].bias, "gelu", any_size=True, b_is_weight=True)
+    chained = tga._policy.chain_pays(x, fused[0].weight, fused[0].bias, "gelu", any_size=True, b_is_weight=True)
     if grad and chained:
         assert calls.count("gemm_act.gemm_act_chained.default") == 2, calls
         assert "<built-in function linear>" not in calls

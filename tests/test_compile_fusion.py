@@ -13,7 +13,10 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
-from torch_gemm_act import compile_fusion, functional
+from torch_gemm_act import _policy, compile_fusion
+
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
 
 
 @pytest.fixture(autouse=True)
@@ -142,16 +145,16 @@ def _llama_mlp(hidden, intermediate):
 @pytest.mark.parametrize("fused_kernel", [False, True])
 def test_gated_mlp_compiles_to_gemm_glu_where_it_pays(fusion, monkeypatch, fused_kernel, training):
     """transformers' LlamaMLP, unchanged: in inference where the fused gated
-    kernel runs (functional._compiles_to_glu; the kernel pretended here, the
+    kernel runs (rule compiles_to_glu; the kernel pretended here, the
     CPU operator computing the same) the gate, its activation, the up
     projection and the product become one gemm_glu; in training, and where
     no fused kernel runs, neither the product nor its gate -> activation
     pair becomes our operator (Inductor builds the same two GEMMs and one
     pass itself). Numerics as eager, one graph across batch sizes."""
-    monkeypatch.setattr(functional, "hopper_fused", lambda x: fused_kernel)
+    monkeypatch.setattr(_policy, "hopper_fused", lambda x: fused_kernel)
     # Rows symbolic (dynamic=True): the operator decides when it runs,
     # whatever the bound, and no guard on them recompiles.
-    monkeypatch.setattr(functional, "FUSED_GLU_MIN_ROWS", 10 ** 6)
+    monkeypatch.setattr(_policy, "FUSED_GLU_MIN_ROWS", 10 ** 6)
     torch.manual_seed(0)
     mlp = _llama_mlp(16, 32)
     counter = CompileCounterWithBackend("inductor")
@@ -173,8 +176,8 @@ def test_gated_mlp_compiles_to_gemm_glu_from_its_rows(fusion, monkeypatch, batch
     """With static shapes the pass takes gemm_glu only from the rows at which
     its fused kernel runs (FUSED_GLU_MIN_ROWS, pretended 20 here): below,
     Inductor's own GEMMs and pass."""
-    monkeypatch.setattr(functional, "hopper_fused", lambda x: True)
-    monkeypatch.setattr(functional, "FUSED_GLU_MIN_ROWS", 20)
+    monkeypatch.setattr(_policy, "hopper_fused", lambda x: True)
+    monkeypatch.setattr(_policy, "FUSED_GLU_MIN_ROWS", 20)
     torch.manual_seed(0)
     mlp = _llama_mlp(16, 32)
     x = torch.randn(batch, 5, 16)  # 15 or 20 rows
@@ -194,13 +197,13 @@ def test_gated_mlp_compiles_to_gemm_glu_cuda(fusion):
     mlp = _llama_mlp(64, 96).cuda()
     reference = copy.deepcopy(mlp).double()
     model = copy.deepcopy(mlp).to(torch.bfloat16)
-    rows = functional.FUSED_GLU_MIN_ROWS or 30
+    rows = _policy.FUSED_GLU_MIN_ROWS or 30
     x = torch.randn(rows, 64, device="cuda", dtype=torch.float64)
     with torch.no_grad():
         y_ref = reference(x)
         y = torch.compile(model, fullgraph=True)(x.to(torch.bfloat16))
     torch.testing.assert_close(y.double(), y_ref, rtol=2e-2, atol=2e-2 * y_ref.abs().max().item())
-    hopper = torch.cuda.get_device_capability() == (9, 0) and functional.FUSED_GLU_MIN_ROWS is not None
+    hopper = torch.cuda.get_device_capability() == (9, 0) and _policy.FUSED_GLU_MIN_ROWS is not None
     assert (fusion.glu, fusion.gated) == ((1, 0) if hopper else (0, 1))
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, dynamic=True)

@@ -17,6 +17,9 @@ from torch import nn
 
 import torch_gemm_act as tga
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 WORLD = 2
 
 # The CPU over gloo everywhere; two GPUs over NCCL where a machine has them.
@@ -85,7 +88,7 @@ def _full_state(model):
     return {k: (v.full_tensor() if type(v).__name__ == "DTensor" else v).detach().cpu() for k, v in state.items()}
 
 
-def _worker(rank, engine, device, port, out):
+def _worker(rank, engine, device, port, out, operator_everywhere):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if device == "cuda":
         torch.cuda.set_device(rank)
@@ -93,7 +96,9 @@ def _worker(rank, engine, device, port, out):
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=120))
     try:
-        _run(rank, engine, device, out)
+        # The parent's policy (conftest.py, operator_everywhere), which a spawned process does not inherit.
+        with tga.testing.override(operator_everywhere=operator_everywhere):
+            _run(rank, engine, device, out)
     finally:
         # Both ranks done with every collective before the group goes (a rank
         # that leaves first can abort the other's last gloo operation).
@@ -207,7 +212,7 @@ def _one_process(engine, device):
 
 def _check(engine, tmp_path, device):
     out = str(tmp_path / f"{engine}.pt")
-    mp.spawn(_worker, args=(engine, device, _free_port(), out), nprocs=WORLD)
+    mp.spawn(_worker, args=(engine, device, _free_port(), out, tga._policy._operator_everywhere), nprocs=WORLD)
     states = torch.load(out)
     got = states["fused"]
     expected = states["eager"] if "eager" in states else _one_process(engine, device)

@@ -15,6 +15,9 @@ import torch_gemm_act as tga
 from conftest import requires_cuda
 from torch_gemm_act.activations import _FOREIGN, torch_module
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 
 @pytest.mark.parametrize("qualified", sorted(_FOREIGN))
 def test_each_foreign_activation_computes_ours(qualified):

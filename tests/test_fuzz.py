@@ -7,16 +7,15 @@ import pytest
 import torch
 
 import fuzz
-from conftest import requires_cuda
+from conftest import requires_cuda, skip_unless_built
 
 # The shipped policy stays: the fuzz itself forces the fused operator where a
 # route's case asks for it (fuzz._fused_everywhere).
-pytestmark = pytest.mark.host_bound_policy
 
 SEED = 20261129
 
 # Cases per route on the CPU. Under torch.compile the CPU takes eager's formula
-# (functional._compiles_as_eager): the compile route runs on the GPU only.
+# (rule compiles_as_eager): the compile route runs on the GPU only.
 CPU_CASES = {"gemm_act": 300, "linear_act": 40, "linear_module": 40, "conv1d": 25, "fuse_mlp": 40,
              "gemm_glu": 30, "gated_linear_act": 25, "gated_module": 25, "packed_glu": 25}
 CUDA_CASES = 150
@@ -37,6 +36,7 @@ def test_fuzz_cpu(route):
 @requires_cuda
 @pytest.mark.parametrize("backend", fuzz.CUDA_BACKENDS)
 def test_fuzz_gemm_act_cuda(backend):
+    skip_unless_built(backend)
     _run("gemm_act", backend, CUDA_CASES)
 
 

@@ -11,9 +11,12 @@ from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import torch_gemm_act as tga
-from torch_gemm_act import functional
+from torch_gemm_act import _policy
 from conftest import OpNames, requires_cuda
 from reference import assert_close, torch_twin
+
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
 
 GATED = list(tga.GATED)
 
@@ -236,14 +239,14 @@ def test_fuse_leaves_the_product_where_up_is_used_elsewhere():
 def test_fused_gated_mlp_compiles_without_graph_break(monkeypatch, fused_kernel, training):
     """The fused module's forward, unchanged, multiplies the gate's output by
     what LinearUp returns: Dynamo traces that in one graph across batch
-    sizes. In inference where the fused kernel runs (functional._compiles_to_glu;
+    sizes. In inference where the fused kernel runs (rule compiles_to_glu;
     the kernel pretended here, the CPU operator computing the same) the graph
     calls gemm_glu; in training, and where no fused kernel runs, the
     unfused formula."""
-    monkeypatch.setattr(functional, "hopper_fused", lambda x: fused_kernel)
+    monkeypatch.setattr(_policy, "hopper_fused", lambda x: fused_kernel)
     # Rows symbolic (dynamic=True): the operator decides when it runs,
     # whatever the bound, and no guard on them recompiles.
-    monkeypatch.setattr(functional, "FUSED_GLU_MIN_ROWS", 10 ** 6)
+    monkeypatch.setattr(_policy, "FUSED_GLU_MIN_ROWS", 10 ** 6)
     torch.manual_seed(0)
     eager = _LlamaMLP(16, 32)
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
@@ -347,7 +350,7 @@ def test_packed_glu_module_errors():
         tga.LinearPackedGlu.from_linear(tga.LinearAct(4, 8))
 
 
-@pytest.mark.host_bound_policy
+@pytest.mark.shipped_policy
 @pytest.mark.parametrize("packed", [False, True])
 def test_fused_gated_mlp_on_the_cpu_runs_atens_ops(packed):
     """On the CPU the fused gated modules run the ops of the modules they

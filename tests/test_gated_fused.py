@@ -8,14 +8,17 @@ import torch
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
-from torch_gemm_act import functional
+from torch_gemm_act import _policy
 from reference import torch_twin
 from test_gated import _close, _operands, _reference64
+
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
 
 GATED = list(tga.GATED)
 # Rows from which the rule runs sm90's fused kernel (the C++ side's bound),
 # ragged against its 128-row tile.
-FUSED_ROWS = (functional.FUSED_GLU_MIN_ROWS or 512) + 8
+FUSED_ROWS = (_policy.FUSED_GLU_MIN_ROWS or 512) + 8
 
 
 def _on_sm90():

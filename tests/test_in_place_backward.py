@@ -13,6 +13,9 @@ from conftest import requires_cuda
 from reference import ACTIVATIONS, BIAS_KINDS, apply_activation, make_bias, torch_twin
 from torch_gemm_act.activations import GRAD_FROM_OUTPUT
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 in_place_op = torch.ops.gemm_act.activation_backward_.default
 out_of_place_op = torch.ops.gemm_act.activation_backward.default
 

@@ -14,6 +14,9 @@ from conftest import OpNames
 from reference import ACTIVATIONS, assert_close
 from torch_gemm_act import _C
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 NODE = "LinearActBackward"
 
 

@@ -10,6 +10,9 @@ from conftest import OpNames, requires_cuda
 from reference import assert_close
 from torch_gemm_act.activations import GRAD_FROM_OUTPUT
 
+# The operators through the modules at every size and on the CPU (conftest.py).
+pytestmark = pytest.mark.operator_everywhere
+
 
 def test_parameters_init_and_state_dict_like_linear():
     torch.manual_seed(0)
@@ -216,7 +219,7 @@ def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclas
             self.names.append(getattr(func, "__name__", str(func)))
             return func(*args, **(kwargs or {}))
 
-    monkeypatch.setattr(tga.modules, "runs_atens_ops", lambda x, n: True)
+    monkeypatch.setattr(tga.modules, "_runs_atens_ops", lambda x, n: True)
     fused = tga.LinearAct(8, 16, activation=activation, dtype=torch.float64)
     twin = tga.activations.torch_module(activation)
     x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
@@ -233,7 +236,7 @@ def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclas
         torch.testing.assert_close(g.as_subclass(torch.Tensor), w)
 
 
-@pytest.mark.host_bound_policy
+@pytest.mark.shipped_policy
 @pytest.mark.parametrize("module", ["linear", "conv1d"])
 @pytest.mark.parametrize("activation", tga.ACTIVATIONS)
 def test_layers_on_the_cpu_run_atens_ops(activation, module):
@@ -275,7 +278,7 @@ class _Doubled(nn.Module):
         return 2 * w
 
 
-@pytest.mark.host_bound_policy
+@pytest.mark.shipped_policy
 @pytest.mark.parametrize("module", ["linear", "conv1d"])
 @pytest.mark.parametrize("how", ["parametrized", "functional_call", "reassigned", "no_bias"])
 def test_atens_path_reads_the_parameters_the_module_has(module, how):
@@ -318,7 +321,7 @@ def test_atens_path_reads_the_parameters_the_module_has(module, how):
 
 
 @requires_cuda
-@pytest.mark.host_bound_policy
+@pytest.mark.shipped_policy
 @pytest.mark.parametrize("module", ["linear", "conv1d"])
 def test_host_bound_layer_without_input_features_cuda(module):
     """K = 0 without a backward: act(bias) in every row (ATen's CUDA addmm,
@@ -332,12 +335,12 @@ def test_host_bound_layer_without_input_features_cuda(module):
 
 
 @requires_cuda
-@pytest.mark.host_bound_policy
+@pytest.mark.shipped_policy
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("module", ["linear", "conv1d"])
 @pytest.mark.parametrize("activation", tga.ACTIVATIONS)
 def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
-    """In eager mode a fused layer below functional.HOST_BOUND_MULTIPLY_ADDS
+    """In eager mode a fused layer below _policy.HOST_BOUND_MULTIPLY_ADDS
     runs the ops of the modules it replaced (F.linear or Conv1D's addmm,
     then the activation, in place where it is differentiated from its
     output), whose host time is theirs; a larger one runs the fused
@@ -354,14 +357,14 @@ def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
     twin = tga.activations.torch_module(activation, 0.2)
     params64 = [p.detach().double().requires_grad_() for p in (fused.weight, fused.bias)]
     weight64 = params64[0] if module == "linear" else params64[0].t()
-    boundary = tga.functional.HOST_BOUND_MULTIPLY_ADDS // (k * n)
+    boundary = tga._policy.HOST_BOUND_MULTIPLY_ADDS // (k * n)
     epilogue = tga.activations.addmm_epilogue(activation, dtype) is not None
     for rows in (1, 64, boundary - 1, boundary, boundary + 64):
         x = torch.randn(rows, k, device="cuda", dtype=dtype, requires_grad=True)
         x64 = x.detach().double().requires_grad_()
         z64 = nn.functional.linear(x64, weight64, params64[1])
         y64 = twin(z64)
-        unfused = rows * k * n < tga.functional.HOST_BOUND_MULTIPLY_ADDS
+        unfused = rows * k * n < tga._policy.HOST_BOUND_MULTIPLY_ADDS
         with torch.no_grad(), OpNames() as calls:
             y = fused(x)
         # Without a backward, bf16's tanh GELU is cuBLASLt's

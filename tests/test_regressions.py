@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_gemm_act as tga
-from conftest import requires_cuda
+from conftest import requires_cuda, skip_unless_built
 
 
 def _rel_err(got, ref):
@@ -154,6 +154,7 @@ def test_simt_fp32_sums_a_long_k_as_accurately_as_cublas_cuda():
     ref = a.double() @ b.double()
     cublas = _rel_err((a @ b).float(), ref)
     assert not torch.backends.cuda.matmul.allow_tf32
+    skip_unless_built("simt")
     with tga.testing.override(cuda_backend="simt"):
         ours = _rel_err(tga.gemm_act(a, b), ref)
     assert ours <= 3 * cublas, (ours, cublas)  # the fuzz's bar

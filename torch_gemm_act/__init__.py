@@ -4,8 +4,8 @@ from .activations import ACTIVATIONS, GATED
 from .chain import linear_act_linear
 from .functional import explain, gated_linear_act, gemm_act, gemm_glu, linear_act
 from .fuse import FusionReport, fuse_linear_act
-from .modules import (Conv1DAct, GatedLinearAct, LinearAct, LinearGate, LinearPackedGlu, LinearUp,
-                      PackedGluActivation)
+from .gated_modules import GatedLinearAct, LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
+from .modules import Conv1DAct, LinearAct
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "GATED", "explain", "gemm_act", "linear_act", "linear_act_linear", "gemm_glu",

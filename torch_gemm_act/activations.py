@@ -7,10 +7,14 @@ this file adds is each one's PyTorch twin: the module whose output it
 reproduces, which fuse_linear_act replaces and the tests compare against.
 """
 
+from typing import Callable, NamedTuple, Optional
+
 import torch
 from torch import nn
 
 from . import _C
+
+__all__ = ["ACTIVATIONS", "GATED"]
 
 _TABLE = _C.activations()
 
@@ -32,37 +36,37 @@ GELU = "gelu"
 GATED = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu", "glu": "sigmoid"}
 GATED_BY_GATE = {gate: name for name, gate in GATED.items()}
 
-# name -> (the twin module's class, the attributes that make it this one).
-_TWINS = {
-    "none": (nn.Identity, {}),
-    "relu": (nn.ReLU, {}),
-    "leaky_relu": (nn.LeakyReLU, {}),
-    "tanh": (nn.Tanh, {}),
-    "sigmoid": (nn.Sigmoid, {}),
-    "gelu": (nn.GELU, {"approximate": "none"}),
-    "gelu_tanh": (nn.GELU, {"approximate": "tanh"}),
-    "silu": (nn.SiLU, {}),
-}
-# The in-place ATen op of each activation whose backward reads only its
-# output (GRAD_FROM_OUTPUT, none aside), called as op(y, negative_slope).
-# On a tensor nothing else holds (a GEMM's fresh result) it computes the
-# twin's values without the twin's allocation, and autograd differentiates
-# it from the output as it does the twin (in_place_op).
-_IN_PLACE = {
-    "relu": lambda y, slope: torch.relu_(y),
-    "leaky_relu": lambda y, slope: nn.functional.leaky_relu_(y, slope),
-    "tanh": lambda y, slope: torch.tanh_(y),
-    "sigmoid": lambda y, slope: torch.sigmoid_(y),
-}
-# The activations ATen's torch._addmm_activation applies on CUDA in the
-# epilogue of cuBLASLt's GEMM (GELU_BIAS), as one op without autograd:
-# activation -> (its use_gelu, the dtypes where it computes ours; None:
-# all). Its GELU is the tanh form, to within bf16's and fp16's rounding; in
-# fp32 its approximation is coarser than the rounding (bench.py's probe
-# finds it neither GELU there), so fp32 is not listed. Not its RELU_BIAS,
-# which turns NaN into 0 where torch.relu keeps it.
-_ADDMM_EPILOGUES = {
-    "gelu_tanh": (True, frozenset((torch.float16, torch.bfloat16))),
+class _PyTorchForm(NamedTuple):
+    """What PyTorch has of one activation.
+
+    twin, attrs: the module whose output it reproduces and the attributes
+    that make it this one. in_place: for an activation differentiated from
+    its output, op(y, negative_slope) computing it in y's own memory: on a
+    tensor nothing else holds (a GEMM's fresh result) the twin's values
+    without its allocation, differentiated by autograd from the output as
+    the twin is. addmm: where torch._addmm_activation computes it on CUDA in
+    the epilogue of cuBLASLt's GEMM (one op, no autograd), (its use_gelu, the
+    dtypes where it does). Its GELU is the tanh form to within bf16's and
+    fp16's rounding (coarser than fp32's); not its RELU_BIAS, which turns NaN
+    into 0 where torch.relu keeps it."""
+    twin: type
+    attrs: dict = {}
+    in_place: Optional[Callable] = None
+    addmm: Optional[tuple] = None
+
+
+# Each activation's PyTorch form, one row per name (the names are the
+# extension's; the import checks that they match).
+_PYTORCH = {
+    "none": _PyTorchForm(nn.Identity),
+    "relu": _PyTorchForm(nn.ReLU, in_place=lambda y, slope: torch.relu_(y)),
+    "leaky_relu": _PyTorchForm(nn.LeakyReLU, in_place=lambda y, slope: nn.functional.leaky_relu_(y, slope)),
+    "tanh": _PyTorchForm(nn.Tanh, in_place=lambda y, slope: torch.tanh_(y)),
+    "sigmoid": _PyTorchForm(nn.Sigmoid, in_place=lambda y, slope: torch.sigmoid_(y)),
+    "gelu": _PyTorchForm(nn.GELU, {"approximate": "none"}),
+    "gelu_tanh": _PyTorchForm(nn.GELU, {"approximate": "tanh"},
+                              addmm=(True, frozenset((torch.float16, torch.bfloat16)))),
+    "silu": _PyTorchForm(nn.SiLU),
 }
 # Other libraries' activation modules that compute one of ours exactly, by
 # where their class is defined, so that neither library is imported here
@@ -86,12 +90,12 @@ _FOREIGN = {
 # compute is reported by fuse_linear_act as an activation it cannot fuse.
 ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations", "timm.layers.activations")
 
-if set(_TWINS) != set(ACTIVATIONS) or not set(GATED.values()) | set(_ADDMM_EPILOGUES) <= set(ACTIVATIONS):
-    raise ImportError(f"torch_gemm_act: the PyTorch twins ({sorted(_TWINS)}) do not match the "
+if set(_PYTORCH) != set(ACTIVATIONS) or not set(GATED.values()) <= set(ACTIVATIONS):
+    raise ImportError(f"torch_gemm_act: the PyTorch forms ({sorted(_PYTORCH)}) do not match the "
                       f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
-if set(_IN_PLACE) != GRAD_FROM_OUTPUT - {IDENTITY}:
-    raise ImportError(f"torch_gemm_act: the in-place ops ({sorted(_IN_PLACE)}) do not match the "
-                      f"activations differentiated from their output ({sorted(GRAD_FROM_OUTPUT)}); rebuild it")
+if {name for name, form in _PYTORCH.items() if form.in_place} != GRAD_FROM_OUTPUT - {IDENTITY}:
+    raise ImportError("torch_gemm_act: the in-place ops do not match the activations differentiated from "
+                      f"their output ({sorted(GRAD_FROM_OUTPUT)}); rebuild it")
 
 
 def check_activation(activation, negative_slope=0.01):
@@ -138,25 +142,26 @@ def shared_twin(activation, negative_slope=0.01):
 def in_place_op(activation):
     """op(y, negative_slope) computing `activation` in y's own memory, for
     an activation differentiated from its output; None for the others."""
-    return _IN_PLACE.get(activation)
+    form = _PYTORCH.get(activation)
+    return form.in_place if form is not None else None
 
 
 def addmm_epilogue(activation, dtype):
     """torch._addmm_activation's use_gelu where that op computes `activation`
     on CUDA tensors of `dtype` (with a bias, cuBLASLt's epilogue), else None."""
-    entry = _ADDMM_EPILOGUES.get(activation)
-    if entry is None or (entry[1] is not None and dtype not in entry[1]):
+    form = _PYTORCH.get(activation)
+    if form is None or form.addmm is None or dtype not in form.addmm[1]:
         return None
-    return entry[0]
+    return form.addmm[0]
 
 
 def twin(activation, negative_slope=0.01):
     """torch_module without the operator's check of the slope (which
     torch.compile cannot trace into): the module computes any slope."""
-    entry = _TWINS.get(activation) if isinstance(activation, str) else None
-    if entry is None:
+    form = _PYTORCH.get(activation) if isinstance(activation, str) else None
+    if form is None:
         raise ValueError(f"gemm_act: unknown activation {activation!r}; expected one of: {', '.join(ACTIVATIONS)}")
-    cls, attrs = entry
+    cls, attrs = form.twin, form.attrs
     if activation in USES_SLOPE:
         attrs = {**attrs, "negative_slope": negative_slope}
     return cls(**attrs)
@@ -172,7 +177,8 @@ def from_module(module):
     foreign = _FOREIGN.get(qualified_class_name(module))
     if foreign is not None:
         return foreign, 0.01
-    for name, (cls, attrs) in _TWINS.items():
+    for name, form in _PYTORCH.items():
+        cls, attrs = form.twin, form.attrs
         if cls is nn.Identity or type(module) is not cls:
             continue
         if any(getattr(module, key, None) != value for key, value in attrs.items()):

@@ -18,7 +18,8 @@ else depends on the hand-over: when the second layer's input is anything
 else (or the first layer did not publish), both compute and differentiate
 as they would alone. ``fuse_linear_act`` sets the links where the model's
 data flow shows Y1 feeding only the second Linear and act' needs Z1
-(``links``); ``linear_act_linear`` is the same computation as a function.
+(rule ``links``, torch_gemm_act._policy); ``linear_act_linear`` is the same
+computation as a function.
 """
 
 import copy
@@ -26,9 +27,11 @@ import copy
 import torch
 
 from . import _C, ops
-from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY
-from .functional import (_PLAIN, _direct_call, _gemm_act_of_weight, _needs_grad, _stores_preact, gemm_act,
-                         host_bound, hopper_fused)
+from ._policy import chain_pays
+from .activations import GELU, IDENTITY
+from .functional import _direct_call, _gemm_act_of_weight, _stores_preact, gemm_act
+
+__all__ = ["linear_act_linear"]
 
 
 class ChainLink:
@@ -80,56 +83,11 @@ class ChainLink:
         self._empty()
 
 
-def _differentiated(x, b, bias):
-    """In training, on plain tensors (a DTensor or other subclass keeps the
-    operators it has strategies for)."""
-    return type(x) in _PLAIN and type(b) in _PLAIN and _needs_grad(x, b, bias)
-
-
-def links(activation):
-    """Whether fuse_linear_act links a fused layer with `activation` to the
-    Linear its output feeds: where the activation's derivative needs Z. One
-    taking it from Y never chains on CUDA (``chains``), and on the CPU
-    nothing is fused; the link would only make that Linear a fused module,
-    with a fused module's host time and guards under torch.compile, which
-    measured slower (docs/MEASUREMENTS.md, "Links and chains")."""
-    return activation not in GRAD_FROM_OUTPUT
-
-
-def chains(x, activation):
-    """Whether a layer with `activation` on x chains to the next: on the CPU
-    always (nothing there is fused, but the chain's numerics are tested
-    there); on CUDA where gemm_dact is the fused kernel (fp16/bf16 on compute
-    capability 9.0), and only for activations whose derivative needs Z. For
-    those taking it from Y (relu, leaky_relu, tanh, sigmoid), chaining writes
-    a Z the layer would not store, in a kernel that replaces cuBLASLt's own
-    RELU epilogue, to save a pass that moves as many bytes (with a bias: Z
-    written and read, dZ written and read again for the bias, against dY
-    written, read with Y, dZ written), which measured slower than not
-    chaining (docs/MEASUREMENTS.md, "Links and chains")."""
-    if not x.is_cuda:
-        return True
-    # Elsewhere gemm_dact is the GEMM and a pass: nothing saved over the layers' own backward.
-    return links(activation) and hopper_fused(x)
-
-
-def chain_pays(x, b, bias, activation, any_size=False, b_is_weight=False):
-    """Whether a layer on a chain should publish its Z for the next: in
-    training, on plain tensors, where it chains (``chains``) and, unless
-    ``any_size``, where the layer is not host-bound (``host_bound``: the
-    chained operator's extra arguments and the stored Z1 would only add to
-    its host time). ``b_is_weight``: b is given as a weight [N, K]."""
-    # chains first: the cheaper test, and the one a relu layer on CUDA fails.
-    if not chains(x, activation) or not _differentiated(x, b, bias):
-        return False
-    return any_size or not host_bound(x, b.shape[0] if b_is_weight else b.shape[1])
-
-
 def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False,
                  b_is_weight=False):
     """act(x @ b + bias) for a layer on a chain: taking the layer before's Z
     (and bias) from ``link_in`` when x is its output, publishing its own on
-    ``link_out`` where that pays (chain_pays). With ``b_is_weight``, b is a
+    ``link_out`` where that pays (rule chain_pays). With ``b_is_weight``, b is a
     module's weight [N, K] and the GEMM's operand its transpose, taken in
     C++ on the direct path (functional._gemm_act_of_weight)."""
     source = link_in.take(x) if link_in is not None else None

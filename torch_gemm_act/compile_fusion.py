@@ -11,7 +11,7 @@ pair whose pre-activation is used elsewhere too is left alone. A pair whose
 output feeds one Linear alone is chained to it, as fuse_linear_act chains
 modules (torch_gemm_act.chain). A gated MLP's ``act(F.linear(x, w_gate)) *
 F.linear(x, w_up)`` becomes one ``gemm_glu`` where the gated operator pays
-under compile (functional._compiles_to_glu: in inference where its fused
+under compile (rule compiles_to_glu: in inference where its fused
 kernel runs); elsewhere it is left to Inductor whole.
 """
 
@@ -22,9 +22,13 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
+from . import _policy
 from .activations import GATED_BY_GATE, IDENTITY, check_activation
-from .chain import chains
-from .functional import _PLAIN, _compiles_as_eager, _compiles_to_glu, _needs_grad, _stores_preact
+from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
+    compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
+from .functional import _stores_preact
+
+__all__ = ["enable_compile_fusion"]
 
 # The activation calls Dynamo records, as (activation, negative_slope) of the node.
 _RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
@@ -110,7 +114,7 @@ def fuse_graph(graph):
         x_value, w_value, bias_value = map(_value, (x, w, bias))
         needs_grad = _needs_grad(x_value, w_value, bias_value)
         if _compiles_as_eager(x_value, activation, needs_grad):
-            continue  # left to Inductor, as the functional API leaves it (functional._compiles_as_eager)
+            continue  # left to Inductor, as the functional API leaves it (rule compiles_as_eager)
         up = _gated_up(gemm_node, gemm, act_node, activation)
         if up is not None:
             up_node, up_gemm = up
@@ -184,7 +188,7 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     GEMM (fused with its own activation or not) becomes gemm_act_chained,
     its input's gradient going to Z and the layer's bias gradient coming
     from it. Not without a backward, nor where the layer would not chain
-    (chain.chains: the fused kernel's dtypes and GPU; on CUDA not for an
+    (rule chains: the fused kernel's dtypes and GPU; on CUDA not for an
     activation whose derivative comes from Y). Unlike a module, no size
     threshold: compiled, the chain adds no host time. Returns whether it
     chained."""
@@ -267,7 +271,8 @@ class _FusionPass(CustomGraphPass):
 
     def uuid(self):
         previous = self.previous.uuid() if self.previous is not None else None
-        return (get_hash_for_files((__file__,)), previous)
+        # The pass and the rules it applies, and the testing switch they read.
+        return (get_hash_for_files((__file__, _policy.__file__)), _policy._operator_everywhere, previous)
 
 
 def enable_compile_fusion(enabled=True):

@@ -20,6 +20,8 @@ import torch
 
 from .activations import IDENTITY
 
+__all__ = []  # sharding strategies, registered on import
+
 try:
     from torch.distributed.tensor import Partial, Replicate, Shard
     from torch.distributed.tensor.experimental import register_sharding

@@ -4,7 +4,11 @@ gemm_glu and gated_linear_act."""
 import torch
 
 from . import _C, ops
+from ._policy import PLAIN as _PLAIN, compiles_as_eager as _compiles_as_eager, \
+    compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
+
+__all__ = ["gemm_act", "linear_act", "gemm_glu", "gated_linear_act", "explain"]
 
 
 def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -57,31 +61,6 @@ def _direct_call(a, b, activation):
             and not torch.compiler.is_compiling() and not torch._C._is_torch_function_mode_enabled())
 
 
-def _compiles_as_eager(a, activation=None, needs_grad=False):
-    """Whether, under torch.compile, a call on `a` takes eager's formula
-    instead of the operator: on the CPU always (cpu_atens); on CUDA:
-    - exact fp32 and fp64, where the operator runs the library's cuBLAS GEMM
-      as eager does and Inductor fuses the rest itself (through the
-      operator: the custom op's host time and a pass Inductor would have
-      fused);
-    - in training, activations whose derivative comes from Y (relu & co):
-      they do not chain on CUDA (chain.chains), and through the operator a
-      compiled training step was no faster at a higher peak (the operator's
-      backward pass writes a new dZ where Inductor's own kernel may take
-      gY's dead buffer).
-    Measured: docs/MEASUREMENTS.md, "Compiled policy"."""
-    if not isinstance(a, torch.Tensor):
-        return False
-    if cpu_atens(a):
-        return True
-    if not a.is_cuda:
-        return False
-    # PyTorch's TF32 switch read directly: traced, torch.backends.cuda.matmul's
-    # Python __getattr__ adds guards evaluated in Python on every call.
-    exact = a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
-    return exact or (needs_grad and activation in GRAD_FROM_OUTPUT)
-
-
 def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact):
     z = torch.matmul(a, b)
     if alpha != 1.0:
@@ -94,102 +73,6 @@ def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, retur
     return (y, z) if return_preact else y
 
 
-# Operands the direct call takes: tensors that are no subclass with a
-# __torch_function__ of its own (nn.Parameter's is disabled).
-_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
-
-# Below about this many multiply-adds a layer on CUDA is bound by host time:
-# its GEMM takes a few microseconds (bf16; tens in exact fp32), less than
-# the host spends on the call. There a chain (chain.chain_pays) publishes no
-# Z: the chained operator's extra arguments would add to host time what it
-# saves the GPU. A fused module there runs ATen's ops, the replaced
-# modules' own, but for a relu-family LinearAct in training, which records
-# its own node (modules._WithActivation._unfused_mode). The functional API
-# runs the operator at any size: a caller who calls it asks for it.
-HOST_BOUND_MULTIPLY_ADDS = 1 << 30
-
-
-# Whether each CUDA device runs the sm90 family (compute capability 9.0).
-_HOPPER = {}
-
-
-def hopper_fused(x):
-    """Whether the operators fuse on x's GPU what no library call does: the
-    sm90 family's gemm_glu (both projections and the gate in one GEMM) and
-    gemm_dact (the activation's derivative in the epilogue of the GEMM
-    before it), which take fp16/bf16 on compute capability 9.0. Elsewhere
-    both are cuBLAS GEMMs and a pass, which saves neither a chain of layers
-    nor compiled code (Inductor builds the same) anything."""
-    if not (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
-        return False
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    fused = _HOPPER.get(index)
-    if fused is None:
-        fused = _HOPPER[index] = torch.cuda.get_device_capability(index) == (9, 0)
-    return fused
-
-
-# The fewest rows at which gemm_glu runs its fused kernel under the rule (the
-# C++ side's bound); None where the build has no fused gated kernel.
-FUSED_GLU_MIN_ROWS = _C.fused_glu_min_rows()
-
-
-def _compiles_to_glu(a, needs_grad):
-    """Whether compiled code takes gemm_glu over Inductor's own kernels: in
-    inference where the fused kernel runs (hopper_fused, from
-    FUSED_GLU_MIN_ROWS rows; with the rows symbolic, the operator decides
-    when it runs, and no guard is added). Elsewhere the operator is the two
-    GEMMs and one pass Inductor builds itself, and in training the fused
-    kernel's backward was no faster than compiled eager at a higher peak
-    (docs/MEASUREMENTS.md, "Compiled policy")."""
-    if needs_grad or FUSED_GLU_MIN_ROWS is None or not hopper_fused(a):
-        return False
-    # Imported here, under torch.compile, which has loaded it: at the
-    # package's import it would load sympy.
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-    rows = a.numel() // a.shape[-1] if a.shape[-1] != 0 else 0
-    return not statically_known_true(rows < FUSED_GLU_MIN_ROWS)
-
-
-def host_bound(x, n):
-    """Whether a layer taking x ([..., K]) to n columns is host-bound on
-    CUDA (``HOST_BOUND_MULTIPLY_ADDS``), in eager mode; never on the CPU, and
-    not under torch.compile, where the graph's launches replace the calls."""
-    return not torch.compiler.is_compiling() and x.is_cuda and x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
-
-
-def runs_atens_ops(x, n):
-    """Whether a fused module's layer taking x ([..., K]) to n columns runs
-    ATen's ops, the replaced modules' own, rather than the operator, in
-    eager mode: where it is host-bound on CUDA (host_bound), and always on
-    the CPU, where the operator's kernel is the reference (ATen's GEMM, then
-    a scalar pass per element) that ATen's vectorised activations outrun
-    (docs/MEASUREMENTS.md, "CPU policy")."""
-    # host_bound(x, n) or cpu_eager(x), written out: called on every layer
-    # of a host-bound step, where each nested call costs host time.
-    if torch.compiler.is_compiling():
-        return False
-    if x.is_cuda:
-        return x.numel() * n < HOST_BOUND_MULTIPLY_ADDS
-    return cpu_atens(x)
-
-
-def cpu_eager(x):
-    """Whether x is a CPU tensor outside torch.compile: where the fused
-    modules, gated ones included, run ATen's ops (the gated operator's CPU
-    kernel too is a reference; docs/MEASUREMENTS.md, "CPU policy")."""
-    return cpu_atens(x) and not torch.compiler.is_compiling()
-
-
-def cpu_atens(x):
-    """Whether x is a CPU tensor, whose layers run ATen's ops rather than
-    the operators' CPU kernels, the references: in eager mode (cpu_eager)
-    and, as eager's formula Inductor compiles, under torch.compile
-    (_compiles_as_eager; docs/MEASUREMENTS.md, "CPU policy"). The tests
-    patch this to keep the operators on the CPU."""
-    return x.is_cpu
-
-
 def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.
     if return_preact:
@@ -197,20 +80,13 @@ def _stores_preact(a, b, bias, c, activation, return_preact):
     return activation not in GRAD_FROM_OUTPUT and _needs_grad(a, b, bias, c)
 
 
-def _needs_grad(*operands):
-    """Whether a call on these operands (None: absent) has a backward."""
-    if not torch.is_grad_enabled():
-        return False
-    for t in operands:
-        if t is not None and t.requires_grad:
-            return True
-    return False
-
-
 def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
             negative_slope=0.01, return_preact=False):
     """What ``gemm_act`` with the same arguments would run here, as a short
-    description (backend, kernel configuration), computing nothing.
+    description (backend, kernel configuration), computing nothing; after
+    " | ", the rule of each backend before it that declined the case, by the
+    name docs/MEASUREMENTS.md measures it under (e.g. ``sm90 declined:
+    few_rows (129 to 768 rows)``).
 
     It follows gemm_act exactly: autocast's casts, whether Z is stored (grad
     mode and ``requires_grad``), PyTorch's matmul precision setting and

@@ -30,8 +30,12 @@ import torch.fx
 from torch import nn
 
 from .activations import ACTIVATION_MODULES, GATED_BY_GATE, IDENTITY, from_module, qualified_class_name
-from .chain import ChainLink, links
-from .modules import Conv1DAct, LinearAct, LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
+from ._policy import links
+from .chain import ChainLink
+from .gated_modules import LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
+from .modules import Conv1DAct, LinearAct
+
+__all__ = ["fuse_linear_act", "FusionReport"]
 
 _log = logging.getLogger(__name__)
 
@@ -247,7 +251,7 @@ def _chain(path, parent, first, act_node, calls, result):
     """Links the fused pair `first` to the Linear its activation's output
     feeds, where it feeds that Linear alone and nothing else, directly or
     through a dropout (the link then opens only while the dropout passes its
-    input through), and the activation is one that chains (chain.links)."""
+    input through), and the activation is one that chains (rule links)."""
     if not links(parent._modules[first].activation):
         return
     node = _only_call(act_node, calls)

@@ -5,6 +5,8 @@ import torch
 
 from . import _C  # noqa: F401  (loading it registers the operators)
 
+__all__ = []  # the operators' handles and fake kernels, for the package itself
+
 gemm_act_op = torch.ops.gemm_act.gemm_act.default
 activation_backward_op = torch.ops.gemm_act.activation_backward.default
 explain_op = torch.ops.gemm_act.explain.default

@@ -12,6 +12,9 @@
         ...   # sm90 launches take the tiles in bands of 8 clusters (0: the heuristic's band)
     with torch_gemm_act.testing.override(poison_outputs=True):
         ...   # outputs are NaN before each kernel writes them
+    with torch_gemm_act.testing.override(operator_everywhere=True):
+        ...   # the fused modules run the operators at every size and on the CPU
+              # (the rules host_bound and cpu_atens of torch_gemm_act._policy off)
 
 Outside a test, TORCH_GEMM_ACT_BACKEND=<name> in the environment forces the
 CUDA backend for a whole process (read once, when the extension loads).
@@ -19,7 +22,9 @@ CUDA backend for a whole process (read once, when the extension loads).
 
 import contextlib
 
-from . import _C
+from . import _C, _policy
+
+__all__ = ["cuda_backends", "kernels", "override", "SM90_SWIZZLES"]
 
 
 def cuda_backends():
@@ -41,9 +46,11 @@ SM90_SWIZZLES = (0, 1, 2, 4, 8)  # the bands CUTLASS's tile scheduler takes; 0: 
 
 
 @contextlib.contextmanager
-def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, sm90_swizzle=None, poison_outputs=None):
+def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, sm90_swizzle=None, poison_outputs=None,
+             operator_everywhere=None):
     """Forces what is given (None keeps the current setting) inside the block."""
     previous = _C.testing_overrides()
+    everywhere = _policy._operator_everywhere
     if sm90_swizzle is not None and sm90_swizzle not in SM90_SWIZZLES:
         raise ValueError(f"sm90_swizzle must be one of {', '.join(map(str, SM90_SWIZZLES))}, got {sm90_swizzle!r}")
     if cuda_backend not in (None, "") and cuda_backend not in cuda_backends():
@@ -61,7 +68,10 @@ def override(*, cuda_backend=None, sm90_kernel=None, sm80_kernel=None, sm90_swiz
         poison if poison_outputs is None else bool(poison_outputs),
         kernel80 if sm80_kernel is None else sm80_kernel,
         swizzle if sm90_swizzle is None else int(sm90_swizzle))
+    if operator_everywhere is not None:
+        _policy._operator_everywhere = bool(operator_everywhere)
     try:
         yield
     finally:
         _C.set_testing_overrides(*previous)
+        _policy._operator_everywhere = everywhere

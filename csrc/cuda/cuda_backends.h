@@ -17,11 +17,13 @@ namespace gemm_act {
 // One backend of the CUDA forward. try_run runs the case on `stream` and
 // returns true, or returns false having done nothing when it does not take
 // the case; plan says what try_run would run (torch_gemm_act.explain), or
-// nothing where it would decline.
+// nothing where it would decline; why_not, where a backend has a measured
+// rule, says which of its rules declines a case.
 struct CudaForwardBackend {
   const char* name;
   std::optional<std::string> (*plan)(const GemmActArgs& args);
   bool (*try_run)(const GemmActArgs& args, cudaStream_t stream);
+  std::optional<std::string> (*why_not)(const GemmActArgs& args) = nullptr;
 };
 
 // A compiled kernel configuration of a tensor-core family.

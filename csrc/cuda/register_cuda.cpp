@@ -19,6 +19,8 @@
 //     fp32 and fp64 everywhere.
 //  4. simt (cuda/simt): any arch, dtype, strides and alignment; reached only
 //     through the testing switch while the library takes every case.
+// sm80 and simt are built only when asked for (setup.py: GEMM_ACT_SM80,
+// GEMM_ACT_SIMT): the default build holds what the default rule chooses.
 //
 // The backward's elementwise pass has one backend (cuda/backward).
 #include <c10/cuda/CUDAException.h>
@@ -41,7 +43,9 @@
 #include "cuda/common/nvtx_range.h"
 #include "cuda/cuda_backends.h"
 #include "cuda/library/library_backend.h"
+#ifdef GEMM_ACT_WITH_SIMT
 #include "cuda/simt/simt_backend.h"
+#endif
 #include "dact_unfused.h"
 #include "gated.h"
 #include "glu_ops.h"
@@ -58,13 +62,15 @@ namespace {
 
 constexpr CudaForwardBackend kForwardBackends[] = {
 #ifdef GEMM_ACT_WITH_SM90
-    {"sm90", &sm90::plan, &sm90::try_gemm_act},
+    {"sm90", &sm90::plan, &sm90::try_gemm_act, &sm90::why_not},
 #endif
 #ifdef GEMM_ACT_WITH_SM80
     {"sm80", &sm80::plan, &sm80::try_gemm_act},
 #endif
     {"library", &library::plan, &library::try_gemm_act},
+#ifdef GEMM_ACT_WITH_SIMT
     {"simt", &gpu::simt::plan, &gpu::simt::try_gemm_act},
+#endif
 };
 
 // Where the rule starts: its first backend, or the testing switch's forced
@@ -108,9 +114,15 @@ std::string plan_cuda(const GemmActArgs& args) {
   check_device_supported(args.y.get_device());
   const GemmActParams& p = args.params;
   if (p.m == 0 || p.n == 0) return "nothing to compute: the output is empty";
+  std::string declined;  // the rules of the backends before it that fired
   for (const CudaForwardBackend* backend = first_backend(); backend != std::end(kForwardBackends); ++backend) {
     if (std::optional<std::string> plan = backend->plan(args)) {
-      return std::string(backend->name) + ": " + *plan + " [" + c10::toString(args.y.scalar_type()) + "]";
+      return std::string(backend->name) + ": " + *plan + " [" + c10::toString(args.y.scalar_type()) + "]" +
+             (declined.empty() ? "" : " | " + declined);
+    }
+    if (backend->why_not == nullptr) continue;
+    if (std::optional<std::string> why = backend->why_not(args)) {
+      declined += (declined.empty() ? "" : "; ") + std::string(backend->name) + " declined: " + *why;
     }
   }
   return "no CUDA backend can run this case";

@@ -49,12 +49,13 @@ struct LtCase {
   cudaDataType_t data_type = CUDA_R_16BF;  // of A and B
   cudaDataType_t out_type = CUDA_R_16BF;   // of C and D
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  cudaDataType_t scale_type = CUDA_R_32F;
+  static constexpr cudaDataType_t scale_type = CUDA_R_32F;
   ColumnMajorOperand a, b;  // the column-major views: D = op(b) op(a)
 };
 
-// The operand, compute and scale types of a GEMM on `dtype` operands whose
-// result is stored as they are; false for a dtype cuBLASLt does not take.
+// The operand and compute types of a GEMM on `dtype` operands whose result
+// is stored as they are; false for fp64 (cuBLASLt has no fp64 epilogues: the
+// library runs at::mm and the pass) and for dtypes cuBLASLt does not take.
 bool lt_types(at::ScalarType dtype, LtCase& lt) {
   switch (dtype) {
     case at::kHalf: lt.data_type = CUDA_R_16F; break;
@@ -63,11 +64,6 @@ bool lt_types(at::ScalarType dtype, LtCase& lt) {
       lt.data_type = CUDA_R_32F;
       // As torch.mm: TF32 only where PyTorch's matmul precision allows it.
       lt.compute = at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      break;
-    case at::kDouble:
-      lt.data_type = CUDA_R_64F;
-      lt.compute = CUBLAS_COMPUTE_64F;
-      lt.scale_type = CUDA_R_64F;
       break;
     default: return false;
   }
@@ -78,8 +74,7 @@ bool lt_types(at::ScalarType dtype, LtCase& lt) {
 std::optional<LtCase> match(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
   LtCase lt;
-  // fp64 goes to the GEMM and the pass (cuBLASLt has no fp64 epilogues).
-  if (args.y.scalar_type() == at::kDouble || !lt_types(args.y.scalar_type(), lt)) return std::nullopt;
+  if (!lt_types(args.y.scalar_type(), lt)) return std::nullopt;
   if (p.k <= 0) return std::nullopt;
   const bool bias = p.bias_kind == BiasKind::PerColumn;
   if (p.bias_kind != BiasKind::None && !bias) return std::nullopt;
@@ -235,12 +230,9 @@ bool run(const LtCall& call, cudaStream_t stream) {
     algo = heuristic.algo;
     algo_cache().remember(key, *algo);
   }
-  // The scalars in the scale type: float, or double for fp64.
-  const float alpha32 = static_cast<float>(call.alpha), beta32 = static_cast<float>(call.beta);
-  const bool wide = lt.scale_type == CUDA_R_64F;
-  const void* alpha = wide ? static_cast<const void*>(&call.alpha) : &alpha32;
-  const void* beta = wide ? static_cast<const void*>(&call.beta) : &beta32;
-  const cublasStatus_t status = cublasLtMatmul(handle, o.desc, alpha, call.b, o.b, call.a, o.a, beta, call.c, o.c,
+  // The scalars in the scale type, float.
+  const float alpha = static_cast<float>(call.alpha), beta = static_cast<float>(call.beta);
+  const cublasStatus_t status = cublasLtMatmul(handle, o.desc, &alpha, call.b, o.b, call.a, o.a, &beta, call.c, o.c,
                                                call.d, o.d, &*algo, workspace, workspace_bytes, stream);
   // An argument cuBLASLt rejects leaves nothing written: the caller falls back.
   if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
@@ -304,12 +296,10 @@ bool cublaslt_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& a
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   LtCall call;
   LtCase& lt = call.lt;
-  if (!lt_types(a.scalar_type(), lt) || k <= 0 || !acc.is_contiguous()) return false;
-  switch (acc.scalar_type()) {
-    case at::kFloat: lt.out_type = CUDA_R_32F; break;
-    case at::kDouble: lt.out_type = CUDA_R_64F; break;
-    default: return false;
+  if (!lt_types(a.scalar_type(), lt) || k <= 0 || !acc.is_contiguous() || acc.scalar_type() != at::kFloat) {
+    return false;
   }
+  lt.out_type = CUDA_R_32F;
   const auto a_view = as_column_major(m, k, a.stride(0), a.stride(1));
   const auto b_view = as_column_major(k, n, b.stride(0), b.stride(1));
   if (!a_view || !b_view) return false;

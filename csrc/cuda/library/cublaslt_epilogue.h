@@ -31,7 +31,7 @@ bool cublaslt_fuses_activation(const GemmActArgs& args);
 bool try_cublaslt(const GemmActArgs& args, cudaStream_t stream);
 
 // acc = a @ b (a [M, K], b [K, N], K > 0, each with a unit stride), acc a
-// contiguous fp32 (or fp64) tensor: the GEMM's result before any rounding to
+// contiguous fp32 tensor: the GEMM's result before any rounding to
 // a 16-bit storage type. False, having done nothing, where cuBLASLt declines.
 bool cublaslt_accumulate(const at::Tensor& a, const at::Tensor& b, at::Tensor& acc, cudaStream_t stream);
 

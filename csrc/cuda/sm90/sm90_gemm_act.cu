@@ -205,6 +205,7 @@ struct Sm90Case {
   Dtype dtype = Dtype::BF16;
   BLayout layout = BLayout::KMajor;  // kDirect only
   int device = 0;
+  const char* declined = nullptr;  // kDecline: why (explain() prints it)
 };
 
 // Under the testing switch, a forced sm90 backend or kernel takes every case
@@ -266,36 +267,66 @@ bool library_is_faster_few_rows(const GemmActParams& p) {
   return p.m > kMaxSmallTileM && p.m <= kMaxFewRowsM;
 }
 
+// The rule's boundaries on aligned operands, tried in order; the first that
+// applies leaves the case to the library. Named as in docs/MEASUREMENTS.md.
+struct LibraryRule {
+  const char* name;  // and what it says, as explain() prints it
+  bool (*applies)(const GemmActArgs& args, Dtype dtype);
+};
+const LibraryRule kLibraryRules[] = {
+    {"plain_gemm_is_eager (no activation or C, K > 1024, N < 8192: eager's own cuBLASLt call)",
+     [](const GemmActArgs& a, Dtype d) { return library_is_eager(a.params, d); }},
+    {"long_k (K > 4096)", [](const GemmActArgs& a, Dtype) { return a.params.k > kMaxDirectK; }},
+    {"lt_epilogue (cuBLASLt's GELU epilogue, without Z)",
+     [](const GemmActArgs& a, Dtype) { return library_epilogue_is_faster(a); }},
+    {"tall_long_k (K >= 4096, N >= 8192, M >= N)",
+     [](const GemmActArgs& a, Dtype) { return library_is_faster_tall(a.params); }},
+    {"small (below 2^32 multiply-adds)", [](const GemmActArgs& a, Dtype) { return library_is_faster_small(a.params); }},
+    {"few_rows (129 to 768 rows)", [](const GemmActArgs& a, Dtype) { return library_is_faster_few_rows(a.params); }},
+};
+
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
   Sm90Case out;
-  if (!args.a.defined() || !args.a.is_cuda()) return out;
+  const auto decline = [&out](const char* why) {
+    out.declined = why;
+    return out;
+  };
+  if (!args.a.defined() || !args.a.is_cuda()) return decline("not a CUDA tensor");
   const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
-  if (!dtype.has_value()) return out;
+  if (!dtype.has_value()) return decline("fp16, bf16 and TF32-allowed fp32 only");
   out.dtype = *dtype;
   out.device = args.a.get_device();
-  if (!device_info(out.device).is_sm90) return out;
+  if (!device_info(out.device).is_sm90) return decline("not a compute capability 9.0 GPU");
   // K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return out;
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return decline("K = 0");
   const int64_t align = 16 / element_bytes(*dtype);
   // wgmma reads TF32 operands K-major only.
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if ((library_is_eager(p, *dtype) || p.k > kMaxDirectK || library_epilogue_is_faster(args) ||
-         library_is_faster_tall(p) || library_is_faster_small(p) || library_is_faster_few_rows(p)) &&
-        !forced_here()) {
-      return out;
+    if (!forced_here()) {
+      for (const LibraryRule& rule : kLibraryRules) {
+        if (rule.applies(args, *dtype)) return decline(rule.name);
+      }
     }
     out.route = Route::kDirect;
     out.layout = *layout;
   } else if (worth_staging(p)) {
     out.route = Route::kStaged;
+  } else {
+    return decline("operands TMA cannot address, too small to stage");
   }
   return out;
 }
 
 }  // namespace
+
+std::optional<std::string> why_not(const GemmActArgs& args) {
+  const Sm90Case c = classify(args);
+  if (c.route != Route::kDecline) return std::nullopt;
+  return std::string(c.declined);
+}
 
 std::optional<std::string> plan(const GemmActArgs& args) {
   const Sm90Case c = classify(args);

@@ -56,6 +56,10 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
 // would decline the case.
 std::optional<std::string> plan(const GemmActArgs& args);
 
+// Why try_gemm_act would decline `args` (the rule that fired, by name);
+// nothing when it would run it.
+std::optional<std::string> why_not(const GemmActArgs& args);
+
 // The configurations this build compiled, with their dtypes and B layouts.
 std::vector<KernelInfo> compiled_kernels();
 
