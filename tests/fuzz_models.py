@@ -1,0 +1,334 @@
+"""The fuzz's model routes (fuzz.py): MLPs fused by fuse_linear_act, the
+gated operators and modules, and the compile-fusion pass."""
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_gemm_act as tga
+from torch_gemm_act.activations import GATED, twin
+
+from fuzz_cases import COMPILE_MODELS, RELU_FAMILY, UNIT
+from fuzz_trials import Trial, _Gpt2Mlp, _comp, _dtype, _fused_everywhere, _mag, act64, build_gemm_act, build_linear
+
+
+def build_mlp(case, data):
+    """fuse_linear_act on an MLP against the unfused model."""
+    p, dev = case.p, case.device
+    dtype, lead, k, h, n = _dtype(p), tuple(p["lead"]), p["k"], p["h"], p["n"]
+    m = math.prod(lead)
+    act, act2 = p["act"], p["act2"]
+    kind = p["kind"]
+    torch.manual_seed(case.data_seed % (2 ** 31))
+    if kind == "sequential":
+        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), twin(act), nn.Linear(h, n, bias=p["bias"]))
+    elif kind == "three":
+        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), twin(act), nn.Linear(h, h, bias=p["bias"]),
+                              twin(act2), nn.Linear(h, n, bias=p["bias"]))
+    else:
+        model = _Gpt2Mlp(k, h, n, twin(act), p["dropout"])
+    model = model.to(device=dev, dtype=dtype)
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=data.gen, device=dev, dtype=torch.float64)
+                      * (1.0 / math.sqrt(prm.shape[-1]) if p["scaled"] else 1.0))
+    fused = tga.fuse_linear_act(copy.deepcopy(model))
+    x = data.input(lead, k, "contiguous", dtype)
+    inputs = {"x": x}
+    layers = [mod for mod in model.modules() if isinstance(mod, nn.Linear) or type(mod).__name__ == "Conv1D"]
+    fused_layers = [mod for mod in fused.modules() if hasattr(mod, "weight") and mod.weight.dim() == 2]
+    if "params" in p["grads"]:
+        for i, mod in enumerate(fused_layers):
+            inputs[f"w{i}"] = mod.weight
+            if mod.bias is not None:
+                inputs[f"b{i}"] = mod.bias
+    else:
+        for prm in fused.parameters():
+            prm.requires_grad_(False)
+    for prm in model.parameters():
+        prm.requires_grad_(False)
+    if "x" in p["grads"]:
+        x.requires_grad_(True)
+    acts = [act, act2] if kind == "three" else [act]
+    unit = UNIT[_comp(p)]
+    fused_acts = [mod for mod in fused.modules() if isinstance(mod, (tga.LinearAct, tga.Conv1DAct))
+                  and mod.activation != "none"]
+
+    def capture(modules):
+        seen = []
+        hooks = [mod.register_forward_hook(lambda mod, i, o: seen.append(o)) for mod in modules]
+        return seen, hooks
+
+    def ours():
+        seen, hooks = capture(fused_acts)
+        try:
+            y = fused(inputs["x"])
+        finally:
+            for hk in hooks:
+                hk.remove()
+        return (y,), seen
+
+    def theirs():
+        mods = [mod for mod in model.modules() if type(mod) in (type(twin(a)) for a in acts)]
+        seen, hooks = capture(mods)
+        # The unfused model with the fused model's parameters (the same tensors).
+        params = dict(model.named_parameters())
+        saved = {name: prm for name, prm in params.items()}
+        try:
+            for (name, _), fprm in zip(model.named_parameters(), fused.parameters()):
+                _set_param(model, name, fprm)
+            y = model(inputs["x"])
+        finally:
+            for hk in hooks:
+                hk.remove()
+            for name, prm in saved.items():
+                _set_param(model, name, prm)
+        return (y,), seen
+
+    def ref(t64, hints):
+        params = [t64.get(f"w{i}") for i in range(len(fused_layers))]
+        h_ = t64["x"].reshape(m, k)
+        for i, mod in enumerate(fused_layers):
+            w = params[i] if params[i] is not None else mod.weight.detach().to(torch.float64)
+            bias = t64.get(f"b{i}")
+            if bias is None and mod.bias is not None:
+                bias = mod.bias.detach().to(torch.float64)
+            wt = w if isinstance(mod, tga.Conv1DAct) or type(mod).__name__ == "Conv1D" else w.t()
+            z = h_ @ wt
+            mag = _mag(h_, wt)
+            if bias is not None:
+                z, mag = z + bias, mag + bias.detach().abs()
+            if i < len(acts):
+                hint = hints[i] if hints is not None and i < len(hints) else None
+                h_ = act64(z, mag, acts[i], 0.01, hint, unit)
+            else:
+                h_ = z
+        return (h_.reshape(*lead, n),)
+
+    settings = _fused_everywhere if p["path"] == "fused" else None
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,), settings=settings,
+                 ties=any(a in RELU_FAMILY for a in acts))
+
+
+def _set_param(model, dotted, value):
+    *path, name = dotted.split(".")
+    mod = model
+    for part in path:
+        mod = getattr(mod, part)
+    mod._parameters[name] = value
+
+
+class _GluMlp(nn.Module):
+    """timm's GluMlp: fc1 packs both projections, split by chunk."""
+
+    def __init__(self, k, n, act, gate_index, bias):
+        super().__init__()
+        self.fc1 = nn.Linear(k, 2 * n, bias=bias)
+        self.act = act
+        self.gate_index = gate_index
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x1 * self.act(x2) if self.gate_index == 1 else self.act(x1) * x2
+
+
+class _LlamaMlp(nn.Module):
+    def __init__(self, k, n, act, bias):
+        super().__init__()
+        self.gate_proj = nn.Linear(k, n, bias=bias)
+        self.up_proj = nn.Linear(k, n, bias=bias)
+        self.act_fn = act
+
+    def forward(self, x):
+        return self.act_fn(self.gate_proj(x)) * self.up_proj(x)
+
+
+def build_glu(case, data):
+    """gemm_glu, gated_linear_act, GatedLinearAct (through fuse_linear_act on
+    a Llama MLP) and the packed form (fuse_linear_act on timm's GluMlp)."""
+    p, dev, route = case.p, case.device, case.route
+    dtype, lead, k, n = _dtype(p), tuple(p["lead"]), p["k"], p["n"]
+    m = math.prod(lead)
+    gated = p["gated"]
+    gate_act = GATED[gated]
+    wscale = 1.0 / math.sqrt(k) if p["scaled"] and k > 0 else 1.0
+    x = data.input(lead, k, p["x"], dtype)
+    # Weights [N, K] as nn.Linear holds them.
+    wg = data.matrix(n, k, p["w"], dtype, wscale)
+    wu = data.matrix(n, k, p["w"], dtype, wscale)
+    bg = data.randn(n, dtype=dtype) if p["bias"] else None
+    bu = data.randn(n, dtype=dtype) if p["bias"] else None
+    unit = UNIT[_comp(p)]
+    preact = p["return_preact"]
+    inputs = {"x": x}
+    settings = None
+    if route in ("gemm_glu", "gated_linear_act"):
+        inputs.update(wg=wg, wu=wu)
+        if bg is not None:
+            inputs.update(bg=bg, bu=bu)
+
+        def run():
+            t = inputs
+            if route == "gemm_glu":
+                out = tga.gemm_glu(t["x"], t["wg"].t(), t["wu"].t(), t.get("bg"), t.get("bu"), activation=gated,
+                                   return_preact=preact)
+                return tuple(out) if preact else (out,)
+            return (tga.gated_linear_act(t["x"], t["wg"], t["wu"], t.get("bg"), t.get("bu"), gated),)
+    else:
+        if route == "gated_module":
+            model = _LlamaMlp(k, n, twin(gate_act), p["bias"])
+        else:
+            model = _GluMlp(k, n, twin(gate_act), p["gate_index"], p["bias"])
+        model = model.to(device=dev, dtype=dtype)
+        with torch.no_grad():
+            if route == "gated_module":
+                model.gate_proj.weight.copy_(wg)
+                model.up_proj.weight.copy_(wu)
+                if bg is not None:
+                    model.gate_proj.bias.copy_(bg)
+                    model.up_proj.bias.copy_(bu)
+            else:
+                halves = (wg, wu) if p["gate_index"] == 0 else (wu, wg)
+                model.fc1.weight.copy_(torch.cat(halves))
+                if bg is not None:
+                    model.fc1.bias.copy_(torch.cat((bg, bu) if p["gate_index"] == 0 else (bu, bg)))
+        model = tga.fuse_linear_act(model)
+        for name, prm in model.named_parameters():
+            inputs[name] = prm
+        settings = _fused_everywhere
+
+        def run():
+            return (model(inputs["x"]),)
+
+    names = [name for name in inputs if name != "x"]
+    if "params" in p["grads"]:
+        for name in names:
+            inputs[name].requires_grad_(True)
+    else:
+        for name in names:
+            inputs[name].requires_grad_(False)
+    if "x" in p["grads"]:
+        x.requires_grad_(True)
+
+    def weights(t):
+        """(wg, wu, bg, bu) from the inputs (any route's parameter names)."""
+        if "wg" in t:
+            return t["wg"], t["wu"], t.get("bg"), t.get("bu")
+        if "gate_proj.weight" in t:
+            return t["gate_proj.weight"], t["up_proj.weight"], t.get("gate_proj.bias"), t.get("up_proj.bias")
+        w1, b1 = t["fc1.weight"].chunk(2), (t["fc1.bias"].chunk(2) if "fc1.bias" in t else (None, None))
+        order = (0, 1) if p["gate_index"] == 0 else (1, 0)
+        return w1[order[0]], w1[order[1]], b1[order[0]], b1[order[1]]
+
+    def formula(t, act_fn):
+        w_g, w_u, b_g, b_u = weights(t)
+        x2 = t["x"].reshape(m, k)
+        g = x2 @ w_g.t()
+        u = x2 @ w_u.t()
+        if b_g is not None:
+            g, u = g + b_g, u + b_u
+        y = (act_fn(g, x2, w_g, b_g) * u).reshape(*lead, n)
+        return (y, torch.cat([g, u], -1).reshape(*lead, 2 * n)) if preact else (y,)
+
+    def ours():
+        outs = run()
+        return outs, outs[0]
+
+    def theirs():
+        outs = formula(inputs, lambda g, *_: twin(gate_act)(g))
+        return outs, outs[0]
+
+    def theirs_alt():
+        # As nn.Linear computes each projection (its bias in the GEMM's epilogue).
+        w_g, w_u, b_g, b_u = weights(inputs)
+        g, u = F.linear(inputs["x"], w_g, b_g), F.linear(inputs["x"], w_u, b_u)
+        y = twin(gate_act)(g) * u
+        outs = (y, torch.cat([g, u], -1)) if preact else (y,)
+        return outs, outs[0]
+
+    def ref(t64, hint):
+        def act_fn(g, x2, w_g, b_g):
+            mag = _mag(x2, w_g.t()) + (b_g.detach().abs() if b_g is not None else 0.0)
+            # y = relu(g) * u is nonzero exactly where relu passed g.
+            positive = (hint.detach() != 0).reshape(g.shape).to(torch.float64) if hint is not None else None
+            return act64(g, mag, gate_act, 0.01, positive, unit)
+        return formula(t64, act_fn)
+
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True, False) if preact else (True,), settings=settings,
+                 theirs_alt=theirs_alt, ties=gate_act in RELU_FAMILY)
+
+
+_COMPILED = {}
+
+
+def build_compile(case, data):
+    """The compile-fusion pass against compiled eager, both against float64."""
+    p, dev = case.p, case.device
+    dtype = _dtype(p)
+    act, k, n, has_bias = COMPILE_MODELS[p["model"]]
+    key = (p["model"], p["dtype"], p["train"], p["tf32"])
+    if key not in _COMPILED:
+        # Every pool model is an nn.Sequential (one code object for Dynamo):
+        # past its recompile limit a model would run eagerly, untested.
+        import torch._dynamo  # loaded by torch.compile, imported here before it
+        config = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(config, name):
+                setattr(config, name, max(getattr(config, name), 1024))
+        torch.manual_seed(p["model"])
+        base = nn.Sequential(nn.Linear(k, n, bias=has_bias), twin(act)).to(device=dev, dtype=dtype)
+        tga.enable_compile_fusion(True)
+        try:
+            fused = torch.compile(copy.deepcopy(base), dynamic=True)
+            fused(torch.randn(8, k, device=dev, dtype=dtype, requires_grad=p["train"]))
+        finally:
+            tga.enable_compile_fusion(False)
+        eager = torch.compile(copy.deepcopy(base), dynamic=True)
+        _COMPILED[key] = (base, fused, eager)
+    base, fused, eager = _COMPILED[key]
+    m = p["m"]
+    x = data.randn(m, k, dtype=dtype)
+    if p["train"]:
+        x.requires_grad_(True)
+    inputs = {"x": x}
+    unit = UNIT[_comp(p)]
+    lin = base[0]
+
+    def ours():
+        tga.enable_compile_fusion(True)
+        try:
+            y = fused(inputs["x"])
+        finally:
+            tga.enable_compile_fusion(False)
+        return (y,), y
+
+    def theirs():
+        y = eager(inputs["x"])
+        return (y,), y
+
+    def theirs_alt():
+        y = base(inputs["x"])
+        return (y,), y
+
+    def ref(t64, hint):
+        w = lin.weight.detach().double()
+        z = t64["x"] @ w.t()
+        mag = _mag(t64["x"], w.t())
+        if lin.bias is not None:
+            z, mag = z + lin.bias.detach().double(), mag + lin.bias.detach().double().abs()
+        return (act64(z, mag, act, 0.01, hint, unit),)
+
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,), theirs_alt=theirs_alt, ties=act in RELU_FAMILY)
+
+
+BUILDERS = {"gemm_act": build_gemm_act, "linear_act": build_linear, "linear_module": build_linear,
+            "conv1d": build_linear, "fuse_mlp": build_mlp, "gemm_glu": build_glu, "gated_linear_act": build_glu,
+            "gated_module": build_glu, "packed_glu": build_glu, "compile": build_compile}
+
+# --------------------------------------------------------------------------
+# Running and checking a trial
