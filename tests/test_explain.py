@@ -66,7 +66,7 @@ def _library(got, plan, rule, hopper):
     head, _, declined = got.partition(" | ")
     assert head == plan, got
     if hopper:
-        assert declined.startswith(f"sm90 declined: {rule} ("), got
+        assert declined.startswith(f"sm90 declined: {rule}"), got
     elif "sm90" in tga.testing.cuda_backends():
         assert declined.startswith("sm90 declined: "), got
 

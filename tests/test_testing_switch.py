@@ -77,7 +77,7 @@ def test_backends_and_kernels_listed_cuda():
     backends = tga.testing.cuda_backends()
     # In the rule's order; the families built only when asked for around the library.
     order = ["sm90", "sm80", "library", "simt"]
-    assert "library" in backends and backends == [b for b in order if b in backends], backends
+    assert "library" in backends and list(backends) == [b for b in order if b in backends], backends
     kernels = tga.testing.kernels()
     names = {(k["name"], k["dtype"], k["b_layout"]) for k in kernels}
     assert len(names) == len(kernels)

@@ -120,10 +120,9 @@ def compiles_as_eager(a, activation=None, needs_grad=False):
     operator were no faster at a higher peak."""
     if not isinstance(a, torch.Tensor):
         return False
-    if cpu_atens(a):
-        return True
     if not a.is_cuda:
-        return False
+        # is_cuda first: traced, Dynamo folds it, where is_cpu would be a node of the graph.
+        return cpu_atens(a)
     # PyTorch's TF32 switch read directly: traced, torch.backends.cuda.matmul's
     # Python __getattr__ adds guards evaluated in Python on every call.
     exact = a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
