@@ -140,7 +140,7 @@ def _cutlass_include():
     raise RuntimeError(
         "torch_gemm_act: the tensor-core kernels (CuTe) need CUTLASS's headers and none were found. "
         "Install them with `pip install nvidia-cutlass` (or point GEMM_ACT_CUTLASS_INCLUDE at a "
-        "CUTLASS include folder), or build without them with GEMM_ACT_NO_SM90=1 GEMM_ACT_NO_SM80=1."
+        "CUTLASS include folder), or build without them with GEMM_ACT_NO_SM90=1 (and without GEMM_ACT_SM80=1)."
     )
 
 

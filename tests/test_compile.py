@@ -101,7 +101,7 @@ def test_compiled_fused_model_does_not_recompile_across_batch_sizes(device):
                                 torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).to(device)
     fused = tga.fuse_linear_act(copy.deepcopy(eager))
     # The gelu pair chained to the Linear after it (a LinearAct "none"); the
-    # relu pair on no chain (chain.links), its Linear left plain.
+    # relu pair on no chain (rule links), its Linear left plain.
     assert [m.activation for m in fused.modules() if isinstance(m, tga.LinearAct)] == \
         ["gelu", "none", "relu"]
     counter = CompileCounterWithBackend("inductor")

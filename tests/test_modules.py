@@ -84,7 +84,7 @@ def test_fuse_linear_act_keeps_outputs(device):
     assert returned is model
     kinds = [m.activation for m in model.modules() if isinstance(m, tga.LinearAct)]
     # Sigmoid's derivative comes from Y: the Linear after it is on no chain
-    # and stays plain (chain.links), as does the one after the Dropout.
+    # and stays plain (rule links), as does the one after the Dropout.
     assert kinds == ["gelu", "gelu_tanh", "relu", "leaky_relu", "silu", "tanh", "sigmoid"]
     assert sum(type(m) is nn.Linear for m in model.modules()) == 2
     assert set(model.state_dict()) == keys
@@ -94,7 +94,7 @@ def test_fuse_linear_act_keeps_outputs(device):
 def test_fuse_linear_act_chains_mlp_layers(device):
     """Linear -> act -> Linear: the two fused layers are chained (their
     backward fused across them) where act' needs Z (gelu, gelu_tanh, silu),
-    not where it comes from Y (relu, leaky_relu, tanh, sigmoid: chain.links),
+    not where it comes from Y (relu, leaky_relu, tanh, sigmoid: rule links),
     and training computes what the unfused model does, gradients included."""
     model = _mlp().to(device).double()
     reference = copy.deepcopy(model)
