@@ -166,3 +166,31 @@ def test_explain_names_the_forced_sm80_configuration_cuda():
         assert tga.explain(a_odd, b, bias, activation="gelu").startswith("library: ")
     with tga.testing.override(cuda_backend=""):
         assert not tga.explain(a, b, bias, activation="gelu").startswith("sm80: ")
+
+
+def test_explain_names_a_fused_layers_road_and_its_rule_cpu():
+    """explain(layer, x): what a fused module runs, and the policy's rule."""
+    x = torch.randn(4, 16)
+    for layer in (tga.LinearAct(16, 32, activation="relu"), tga.Conv1DAct(32, 16, activation="gelu")):
+        assert tga.explain(layer, x) == "ATen's ops, as the modules it replaced ran them (rule cpu_atens)"
+        with tga.testing.override(operator_everywhere=True):
+            assert tga.explain(layer, x) == "the operator: cpu: ATen's GEMM, then one fused epilogue pass [Float]"
+    with pytest.raises(TypeError, match="LinearAct or Conv1DAct"):
+        tga.explain(torch.nn.Linear(16, 32), x)
+
+
+@requires_cuda
+def test_explain_names_a_fused_layers_road_and_its_rule_cuda():
+    small = tga.LinearAct(256, 512, activation="relu", device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert tga.explain(small, x).startswith("ATen's ops, as the modules it replaced ran them (rule host_bound: ")
+    # In training a host-bound relu layer records its own node.
+    assert tga.explain(small, x).startswith("the operator through the layer's own node (rule own_node): ")
+    with torch.no_grad():
+        tanh_gelu = tga.LinearAct(256, 512, activation="gelu_tanh", device="cuda", dtype=torch.bfloat16)
+        assert tga.explain(tanh_gelu, x) == "torch._addmm_activation, cuBLASLt's epilogue (rule host_bound: " \
+            f"{64 * 256 * 512:.3g} multiply-adds < 2^30)"
+    large = tga.LinearAct(1024, 1024, activation="gelu", device="cuda", dtype=torch.bfloat16)
+    xl = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    assert tga.explain(large, xl) == "the operator: " + tga.explain(xl, large.weight.t(), large.bias, activation="gelu")

@@ -88,10 +88,19 @@ def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0
     name docs/MEASUREMENTS.md measures it under (e.g. ``sm90 declined:
     few_rows (129 to 768 rows)``).
 
+    ``explain(layer, x)``, with a LinearAct or Conv1DAct: what ``layer(x)``
+    would run in eager mode, and the rule of torch_gemm_act._policy that
+    chose it (ATen's ops where the layer is host-bound or on the CPU).
+
     It follows gemm_act exactly: autocast's casts, whether Z is stored (grad
     mode and ``requires_grad``), PyTorch's matmul precision setting and
     torch_gemm_act.testing's overrides.
     """
+    if isinstance(a, torch.nn.Module):
+        if not hasattr(a, "_explain") or not isinstance(b, torch.Tensor):
+            raise TypeError(f"explain: expected gemm_act's arguments, or a LinearAct or Conv1DAct and its input; "
+                            f"got {type(a).__name__} and {type(b).__name__}")
+        return a._explain(b)
     store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
     device = a.device.type if isinstance(a, torch.Tensor) else "cpu"
     if torch.is_autocast_enabled(device):

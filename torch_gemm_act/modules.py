@@ -9,11 +9,12 @@ from torch import nn
 # evaluates in Python on every call (PyTorch 2.11).
 from torch.compiler import is_compiling
 
-from ._policy import NODE_ACTIVATIONS as _NODE_ACTIVATIONS, compiles_as_eager as _compiles_as_eager, \
-    needs_grad as _needs_grad, runs_atens_ops as _runs_atens_ops
+from ._policy import HOST_BOUND_MULTIPLY_ADDS as _HOST_BOUND, NODE_ACTIVATIONS as _NODE_ACTIVATIONS, \
+    chain_pays as _chain_pays, compiles_as_eager as _compiles_as_eager, needs_grad as _needs_grad, \
+    runs_atens_ops as _runs_atens_ops
 from .activations import GELU, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, in_place_op, shared_twin
 from .chain import chained_gemm
-from .functional import _gemm_act_of_weight, _is_dtensor, gemm_act
+from .functional import _gemm_act_of_weight, _is_dtensor, explain, gemm_act
 
 __all__ = ["LinearAct", "Conv1DAct"]
 
@@ -37,6 +38,8 @@ def _addmm_activation(x, b, bias, use_gelu):
     y = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), b, use_gelu=use_gelu)
     return y.view(*x.shape[:-1], b.shape[1])
 
+
+_HOST_BOUND_LOG2 = _HOST_BOUND.bit_length() - 1
 
 # What a fused module's call runs (_WithActivation._unfused_mode): the
 # fused operator, or the unfused layer's ATen ops in eager mode or traced.
@@ -152,6 +155,26 @@ class _WithActivation(_Fused):
         node and the activation needs no Z (_unfused_mode)."""
         return self._HAS_NODE and x.is_cuda and self.activation in _NODE_ACTIVATIONS and torch.is_grad_enabled()
 
+    def _explain(self, x):
+        """What a call on x would run here, in eager mode, and the rule of
+        torch_gemm_act._policy that chose it (torch_gemm_act.explain)."""
+        b, n = self._b(), self._n()
+        if _runs_atens_ops(x, n) and not (self._chain_in is not None and self._chain_in.y is x):
+            if self._chain_in is None and self._takes_node(x):
+                return "the operator through the layer's own node (rule own_node): " + \
+                    explain(x, b, self.bias, activation=self.activation, negative_slope=self.negative_slope)
+            rule = "cpu_atens" if not x.is_cuda else \
+                f"host_bound: {x.numel() * n:.3g} multiply-adds < 2^{_HOST_BOUND_LOG2}"
+            if not torch.is_grad_enabled() and self._epilogue_of(x, self.weight, self.bias) is not None:
+                return f"torch._addmm_activation, cuBLASLt's epilogue (rule {rule})"
+            return f"ATen's ops, as the modules it replaced ran them (rule {rule})"
+        road = "the operator: " + explain(x, b, self.bias, activation=self.activation,
+                                         negative_slope=self.negative_slope)
+        link = self._chain_out
+        if link is not None and link.open() and _chain_pays(x, b, self.bias, self.activation):
+            road += "; Z published for the next layer (rule chain_pays)"
+        return road
+
     def _epilogue_of(self, x, weight, bias):
         """use_gelu where this unfused call, made with grad mode off (the op
         has no autograd; the caller checks, which costs a training step's
@@ -235,6 +258,12 @@ class LinearAct(_WithActivation, nn.Linear):
         """A LinearAct that shares ``linear``'s weight and bias (no copy)."""
         return _sharing(cls, linear, activation=activation, negative_slope=negative_slope)
 
+    def _b(self):
+        return self.weight.t()
+
+    def _n(self):
+        return self.out_features
+
     def forward(self, x):
         mode = self._unfused_mode(x, self.out_features)
         if mode:
@@ -286,6 +315,12 @@ class Conv1DAct(_WithActivation, nn.Module):
         module.weight = conv.weight
         module.bias = conv.bias
         return module
+
+    def _b(self):
+        return self.weight
+
+    def _n(self):
+        return self.nf
 
     def forward(self, x):
         mode = self._unfused_mode(x, self.nf)
