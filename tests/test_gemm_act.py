@@ -357,7 +357,7 @@ def test_float32_is_exact_when_tf32_is_not_allowed(device):
 
 
 def test_direct_call_matches_torch_ops(device):
-    # functional.gemm_act calls the operator through _C for plain tensors;
+    # functional.gemm_act enters the operator directly (ops.gemm_act_direct) for plain tensors;
     # torch.ops.gemm_act.gemm_act is the same operator.
     a, w = random_operands(33, 40, 24, torch.float32, device)
     bias = torch.randn(24, device=device)

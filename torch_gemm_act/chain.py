@@ -26,10 +26,10 @@ import copy
 
 import torch
 
-from . import _C, ops
+from . import ops
 from ._policy import chain_pays
 from .activations import GELU, IDENTITY
-from .functional import _direct_call, _gemm_act_of_weight, _stores_preact, gemm_act
+from .functional import _gemm_act_of_weight, _stores_preact, gemm_act
 
 __all__ = ["linear_act_linear"]
 
@@ -101,8 +101,8 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
     store = publish or _stores_preact(x, b, bias, None, activation, False)
     args = (x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None, activation, 1.0, 0.0,
             float(negative_slope), store, publish)
-    if _direct_call(x, b, activation):
-        y, z = _C.gemm_act_chained(*args, b_is_weight)
+    if ops.direct_call(x, b, activation):
+        y, z = ops.gemm_act_chained_direct(*args, b_is_weight)
     else:
         if b_is_weight:
             args = args[:5] + (b.t(),) + args[6:]

@@ -3,9 +3,9 @@ gemm_glu and gated_linear_act."""
 
 import torch
 
-from . import _C, ops
-from ._policy import PLAIN as _PLAIN, compiles_as_eager as _compiles_as_eager, \
-    compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
+from . import ops
+from ._policy import compiles_as_eager as _compiles_as_eager, compiles_to_glu as _compiles_to_glu, \
+    needs_grad as _needs_grad
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
 
 __all__ = ["gemm_act", "linear_act", "gemm_glu", "gated_linear_act", "explain"]
@@ -25,10 +25,10 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     if torch.compiler.is_compiling() and _compiles_as_eager(a, activation, _needs_grad(a, b, bias, c)):
         return _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact)
     store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
-    if _direct_call(a, b, activation):
+    if ops.direct_call(a, b, activation):
         # The same operator, called without torch.ops' per-call argument matching.
-        y, z = _C.gemm_act(a, b, bias, c, activation, float(alpha), float(beta),
-                           float(negative_slope), store_preact)
+        y, z = ops.gemm_act_direct(a, b, bias, c, activation, float(alpha), float(beta),
+                                   float(negative_slope), store_preact)
     else:
         if _is_dtensor(a) or _is_dtensor(b):
             from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
@@ -47,18 +47,9 @@ def _gemm_act_of_weight(x, weight, bias, activation, negative_slope):
     on the direct path in C++ (csrc/linear_node.h), where the transpose
     costs the host a fraction of what Python's ``.t()`` does and, in
     training, the backward is one node taking the weight itself."""
-    if not _direct_call(x, weight, activation):
+    if not ops.direct_call(x, weight, activation):
         return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
-    return _C.linear_act(x, weight, bias, activation, float(negative_slope))
-
-
-def _direct_call(a, b, activation):
-    """Whether an operator can be called through its direct _C entry (no
-    torch.ops argument matching): on plain tensors, outside torch.compile
-    (which cannot trace into _C) and torch-function modes (which only
-    torch.ops honours)."""
-    return (type(a) in _PLAIN and type(b) in _PLAIN and type(activation) is str
-            and not torch.compiler.is_compiling() and not torch._C._is_torch_function_mode_enabled())
+    return ops.linear_act_direct(x, weight, bias, activation, float(negative_slope))
 
 
 def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact):

@@ -1,11 +1,31 @@
-"""Fake (meta) kernels for the C++ operators under torch.ops.gemm_act; their
-autograd is registered in C++ (csrc/autograd.cpp, csrc/gated_autograd.cpp)."""
+"""The one door from Python into the operators: their torch.ops handles, the
+direct entries the same operators have for plain tensors (no torch.ops
+argument matching: host time), and the fake (meta) kernels. Their autograd is
+registered in C++ (csrc/autograd.cpp, csrc/gated_autograd.cpp,
+csrc/linear_node.cpp)."""
 
 import torch
 
-from . import _C  # noqa: F401  (loading it registers the operators)
+from . import _C  # loading it registers the operators
+from ._policy import PLAIN
 
 __all__ = []  # the operators' handles and fake kernels, for the package itself
+
+# The direct entries, for a call that direct_call allows: the same C++
+# operator as the torch.ops handle, entered without the dispatcher's argument
+# matching (linear_act: the layer's own autograd node, csrc/linear_node.h).
+gemm_act_direct = _C.gemm_act
+linear_act_direct = _C.linear_act
+gemm_act_chained_direct = _C.gemm_act_chained
+
+
+def direct_call(a, b, activation):
+    """Whether an operator can be entered directly: on plain tensors, outside
+    torch.compile (which cannot trace into _C) and torch-function modes
+    (which only torch.ops honours)."""
+    return (type(a) in PLAIN and type(b) in PLAIN and type(activation) is str
+            and not torch.compiler.is_compiling() and not torch._C._is_torch_function_mode_enabled())
+
 
 gemm_act_op = torch.ops.gemm_act.gemm_act.default
 activation_backward_op = torch.ops.gemm_act.activation_backward.default
