@@ -9,6 +9,10 @@ Environment:
   GEMM_ACT_SM80=1       also build the Ampere-class (mma.sync) tensor-core family,
                         which the dispatch rule runs only when forced
   GEMM_ACT_SIMT=1       also build the SIMT family, reached only when forced
+  GEMM_ACT_SM90_COMPILE_CHECK=1  compile one sm90 kernel unit per operator and
+                        schedule instead of the whole family (4 of 21), and build
+                        an extension whose sm90 backend declines every case: the
+                        fast CI lane's build, on machines without a GPU (.ci/run)
   (What the default build compiles, the default dispatch rule can choose; the
   two families above are for their tests: scripts/device_check.sh builds both.)
   GEMM_ACT_CUTLASS_INCLUDE  CUTLASS headers for them (else .deps/cutlass/include,
@@ -57,9 +61,14 @@ def _load(path, name):
     return module
 
 
+def _sm90_compile_check():
+    return os.environ.get("GEMM_ACT_SM90_COMPILE_CHECK", "0") == "1"
+
+
 def _generate_sm90():
     """The sm90 kernel table header and kernel units (see the docstring)."""
-    return _load(os.path.join(CSRC, "cuda", "sm90", "sm90_kernels.py"), "sm90_kernels").generate(GENERATED)
+    table = _load(os.path.join(CSRC, "cuda", "sm90", "sm90_kernels.py"), "sm90_kernels")
+    return table.generate(GENERATED, compile_check=_sm90_compile_check())
 
 
 def _generate_sm80():
@@ -287,9 +296,11 @@ def _extension():
         _generate_sm90()  # the table header the entry includes
         cuda_sources += _sources("cuda/sm90/*.cpp") + _sources("cuda/sm90/*.cu")
         macros.append(("GEMM_ACT_WITH_SM90", None))
+        if _sm90_compile_check():
+            macros.append(("GEMM_ACT_SM90_COMPILE_CHECK", None))
     if _want_sm80():
         _generate_sm80()  # the table header the entry includes
-        cuda_sources += _sources("cuda/sm80/*.cu")  # the entry; the kernels are objects
+        cuda_sources += _sources("cuda/sm80/*.cpp")  # the entry; the kernels are objects
         macros.append(("GEMM_ACT_WITH_SM80", None))
     defines = [f"-D{name}" for name, _ in macros]
     return CUDAExtension(

@@ -28,6 +28,8 @@ fi
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 # Every backend, the two the default build leaves out included, to test them.
 export GEMM_ACT_SM80="${GEMM_ACT_SM80:-1}" GEMM_ACT_SIMT="${GEMM_ACT_SIMT:-1}"
+# The whole sm90 family, never the fast CI lane's compile check.
+unset GEMM_ACT_SM90_COMPILE_CHECK
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 

@@ -48,7 +48,7 @@ def _has_sm80():
 
 
 # The depth from which the rule leaves a gemm_glu that keeps H (training) to
-# the composite (kMinComposedPreactK, sm90_gemm_act.cu).
+# the composite (kMinComposedPreactK, sm90_gemm_act.cpp).
 COMPOSED_PREACT_K = 4096
 
 

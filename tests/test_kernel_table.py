@@ -103,3 +103,18 @@ def test_sm80_table_generates_one_unit_per_target(tmp_path):
     stale.write_text("")
     sm80.generate(str(tmp_path))
     assert not stale.exists()
+
+
+def test_compile_check_builds_one_unit_per_operator_and_schedule(table, tmp_path):
+    units = table.generate(str(tmp_path), compile_check=True)
+    kinds = {(r.op, r.schedule) for r in table.CONFIGS}
+    assert len(units) == len(kinds) < sum(len(r.targets) for r in table.CONFIGS)
+    header = open(tmp_path / "cuda" / "sm90" / "sm90_kernel_table.h").read()
+    listed = re.findall(r"^  X\((\w+), (\w+), (\w+)\)", header, re.M)
+    by_name = {r.name: r for r in table.CONFIGS}
+    assert {(by_name[name].op, by_name[name].schedule) for name, _, _ in listed} == kinds
+    # Every row keeps its enumerator and spec: the entry's code names them all.
+    for r in table.CONFIGS:
+        assert f"struct ConfigSpec<KernelConfig::{r.name}>" in header
+    # The whole table again removes the check's header and keeps all units.
+    assert len(table.generate(str(tmp_path))) == sum(len(r.targets) for r in table.CONFIGS)

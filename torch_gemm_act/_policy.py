@@ -1,7 +1,7 @@
 """Which road a call takes: every rule the Python side applies before the
 extension picks a kernel, each named once here. The kernel choice is the
 extension's (csrc/cuda/register_cuda.cpp; sm90's rule table in
-csrc/cuda/sm90/sm90_gemm_act.cu), and ``explain()`` names the rule that
+csrc/cuda/sm90/sm90_gemm_act.cpp), and ``explain()`` names the rule that
 fired there. Each rule's measurement is in docs/MEASUREMENTS.md, under the
 topic ``RULES`` gives."""
 

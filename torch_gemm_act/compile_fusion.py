@@ -22,8 +22,8 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
-from . import _policy
-from .activations import GATED_BY_GATE, IDENTITY, check_activation
+from . import _match, _policy
+from .activations import IDENTITY, check_activation
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
     compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
 from .functional import _stores_preact
@@ -67,7 +67,7 @@ def _activation_of(node):
 
 
 def _gemm_of(node):
-    """(x, b, bias, b_needs_transpose) of F.linear(x, w, b) or addmm(b, x, w), else None."""
+    """(x, w, bias, b_needs_transpose) of F.linear(x, w, b) or addmm(b, x, w), else None."""
     if node.op != "call_function":
         return None
     if node.target is torch._C._nn.linear:
@@ -80,6 +80,40 @@ def _gemm_of(node):
         if isinstance(value, torch.Tensor) and value.dim() == 1:
             return x, w, bias, False
     return None
+
+
+class _CapturedCalls:
+    """The matcher's reader (torch_gemm_act._match) of the graph Dynamo
+    captured: a GEMM is F.linear or addmm with a bias per column, an
+    activation a supported activation call; every call is its own."""
+
+    @staticmethod
+    def gemm(node):
+        found = _gemm_of(node)
+        if found is None:
+            return None
+        x, w, bias, n_by_k = found
+        shape = getattr(_value(w), "shape", None)
+        return _match.Gemm(node, x, w, bias, tuple(shape) if shape is not None else None, n_by_k, n_by_k)
+
+    @staticmethod
+    def activation(node):
+        found = _activation_of(node)
+        if found is None or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        try:
+            check_activation(*found)
+        except ValueError:
+            return None
+        return found
+
+    @staticmethod
+    def called_once(node):
+        return True
+
+    @staticmethod
+    def passes_through(node):
+        return False
 
 
 _PLAIN_VALUES = _PLAIN | {FakeTensor}  # plain tensors, as captured
@@ -98,29 +132,20 @@ def fuse_graph(graph):
     pairs = []  # (gemm_act node, its Y node, activation, slope, x's example value, needs grad)
     glu = gated = 0
     for act_node in list(graph.nodes):
-        act = _activation_of(act_node)
-        if act is None or not isinstance(act_node.args[0], torch.fx.Node):
+        found = _match.pair(act_node, _CapturedCalls)
+        if not isinstance(found, _match.Pair):
             continue
-        gemm_node = act_node.args[0]
-        gemm = _gemm_of(gemm_node)
-        if gemm is None or len(gemm_node.users) != 1:
-            continue
-        x, w, bias, transpose = gemm
-        activation, slope = act
-        try:
-            check_activation(activation, slope)
-        except ValueError:
-            continue
+        gemm_node, activation, slope = found.gemm.node, found.activation, found.slope
+        x, w, bias, transpose = found.gemm.x, found.gemm.weight, found.gemm.bias, found.gemm.n_by_k
         x_value, w_value, bias_value = map(_value, (x, w, bias))
         needs_grad = _needs_grad(x_value, w_value, bias_value)
         if _compiles_as_eager(x_value, activation, needs_grad):
             continue  # left to Inductor, as the functional API leaves it (rule compiles_as_eager)
-        up = _gated_up(gemm_node, gemm, act_node, activation)
+        up = _match.gated_up(found, _CapturedCalls)
         if up is not None:
-            up_node, up_gemm = up
-            up_values = map(_value, up_gemm[1:3])  # its weight and bias
+            up_values = map(_value, (up.weight, up.bias))
             if _compiles_to_glu(x_value, _needs_grad(x_value, w_value, bias_value, *up_values)):
-                _fuse_gated(graph, gemm_node, gemm, act_node, up_node, up_gemm, activation)
+                _fuse_gated(graph, found, up)
                 glu += 1
             else:
                 gated += 1  # left whole to Inductor
@@ -144,41 +169,21 @@ def fuse_graph(graph):
     return len(pairs), glu, gated, chained
 
 
-def _gated_up(gate_node, gate, act_node, activation):
-    """(the up projection's node, its _gemm_of) where act(F.linear(x, w_gate,
-    b_gate)) is used only by its product with F.linear(x, w_up, b_up) (that
-    product its only use, the weights of one shape), else None."""
-    if activation not in GATED_BY_GATE or not gate[3] or len(act_node.users) != 1:
-        return None
-    (product,) = act_node.users
-    if product.op != "call_function" or product.target not in (operator.mul, torch.mul) or \
-            len(product.args) != 2 or product.kwargs:
-        return None
-    up_node = product.args[1] if product.args[0] is act_node else product.args[0]
-    up = _gemm_of(up_node) if isinstance(up_node, torch.fx.Node) and up_node is not gate_node else None
-    if up is None or not up[3] or up[0] is not gate[0] or len(up_node.users) != 1:
-        return None
-    w_gate, w_up = _value(gate[1]), _value(up[1])
-    if not (isinstance(w_gate, torch.Tensor) and isinstance(w_up, torch.Tensor) and w_gate.shape == w_up.shape):
-        return None
-    return up_node, up
-
-
-def _fuse_gated(graph, gate_node, gate, act_node, up_node, up, activation):
+def _fuse_gated(graph, found, up):
     """Replaces act(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up)
-    (_gated_up's match; gate and up their _gemm_of) with gemm_glu, which
+    (the pair `found` and its gated_up match `up`) with gemm_glu, which
     takes the gate's activation."""
-    (product,) = act_node.users
-    x, w_gate, b_gate, _ = gate
-    _, w_up, b_up, _ = up
+    (product,) = found.act_node.users
+    gate = found.gemm
     with graph.inserting_before(product):
-        b_gate_t = graph.call_function(torch.t, (w_gate,))
-        b_up_t = graph.call_function(torch.t, (w_up,))
-        out = graph.call_function(_GEMM_GLU, (x, b_gate_t, b_up_t, b_gate, b_up, activation, 0.01, False))
+        b_gate_t = graph.call_function(torch.t, (gate.weight,))
+        b_up_t = graph.call_function(torch.t, (up.weight,))
+        out = graph.call_function(_GEMM_GLU, (gate.x, b_gate_t, b_up_t, gate.bias, up.bias, found.activation,
+                                              0.01, False))
         y = graph.call_function(operator.getitem, (out, 0))
     y.meta.update(product.meta)
     product.replace_all_uses_with(y)
-    for node in (product, act_node, gate_node, up_node):
+    for node in (product, found.act_node, gate.node, up.node):
         graph.erase_node(node)
 
 
@@ -194,10 +199,10 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     chained."""
     # Plain tensors only (as captured: fake ones): a DTensor keeps the
     # operators it has sharding strategies for.
-    if not needs_grad or len(y.users) != 1 or type(x_value) not in _PLAIN_VALUES or \
-            not chains(x_value, activation):
+    found = _match.consumer(y, _CapturedCalls) if needs_grad else None
+    if found is None or type(x_value) not in _PLAIN_VALUES or not chains(x_value, activation):
         return False
-    (user,) = y.users
+    user, _ = found  # the reader passes nothing through: its input is y
     if user.op == "call_function" and user.target is _CHAINED and user.args[0] is y and user.args[1] is None:
         # The next pair's first layer, made a chain's head already: its input is chained too.
         with graph.inserting_before(user):

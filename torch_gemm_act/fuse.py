@@ -24,11 +24,11 @@ holds a LinearPackedGlu, the activation's a PackedGluActivation.
 import dataclasses
 import inspect
 import logging
-import operator
 
 import torch.fx
 from torch import nn
 
+from . import _match
 from .activations import ACTIVATION_MODULES, GATED_BY_GATE, IDENTITY, from_module, qualified_class_name
 from ._policy import links
 from .chain import ChainLink
@@ -101,11 +101,53 @@ def _is_activation(module):
     return from_module(module) is not None or type(module).__module__ in ACTIVATION_MODULES
 
 
+class _ModuleCalls:
+    """The matcher's reader (torch_gemm_act._match) of one module's forward
+    traced with its children as leaves: a GEMM is a call of a Linear-like
+    child, an activation a call of an activation child, a pass-through a
+    call of a Dropout child."""
+
+    def __init__(self, children, graph):
+        self.children = children
+        self.calls = {}
+        for node in graph.nodes:
+            if node.op == "call_module":
+                self.calls.setdefault(node.target, []).append(node)
+
+    def _module(self, node):
+        return self.children.get(node.target) if node.op == "call_module" else None
+
+    def gemm(self, node):
+        module = self._module(node)
+        kind = _linear_kind(module)
+        if kind is None:
+            return None
+        x = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+        gatable = kind == "linear" and not any(getattr(module, name, None) for name in _FORWARD_HOOKS)
+        return _match.Gemm(node, x, module.weight, module.bias, tuple(module.weight.shape), kind == "linear",
+                           gatable)
+
+    def activation(self, node):
+        module = self._module(node)
+        if module is None or not _is_activation(module):
+            return None
+        found = from_module(module)
+        if found is None:
+            return f"{qualified_class_name(module)} is not an activation this project computes"
+        if len(node.args) != 1 or node.kwargs:
+            return "the activation takes more than the Linear's output"
+        return found
+
+    def called_once(self, node):
+        return node.op != "call_module" or len(self.calls.get(node.target, ())) == 1
+
+    def passes_through(self, node):
+        return isinstance(self._module(node), nn.Dropout)
+
+
 def _fuse_children(path, parent, result):
     children = dict(parent.named_children())
-    linears = {name for name, m in children.items() if _linear_kind(m)}
-    acts = {name for name, m in children.items() if _is_activation(m)}
-    if not linears or not acts:
+    if not any(_linear_kind(m) for m in children.values()) or not any(map(_is_activation, children.values())):
         return
     if type(parent).forward is nn.Module.forward:
         # A container (ModuleList, ModuleDict): the module that owns it calls
@@ -120,146 +162,61 @@ def _fuse_children(path, parent, result):
         result.left.append((path or "(model)", f"its forward could not be traced ({type(e).__name__}: "
                                                f"{reason[:120]}); its Linear -> activation pairs stay"))
         return
-    calls = {}
-    for node in graph.nodes:
-        if node.op == "call_module":
-            calls.setdefault(node.target, []).append(node)
+    reader = _ModuleCalls(children, graph)
     fused_pairs = []
-    for act_name in sorted(acts):
-        for act_node in calls.get(act_name, []):
-            source = act_node.args[0] if act_node.args else None
-            packed = _packed_glu(act_node, calls, children)
+    for act_name in sorted(name for name, m in children.items() if _is_activation(m)):
+        act_path = _join(path, act_name)
+        for act_node in reader.calls.get(act_name, []):
+            packed = _match.packed_glu(act_node, reader)
             if packed is not None:
-                lin_node, gate_index, gated = packed
-                lin_path, act_path = _join(path, lin_node.target), _join(path, act_name)
-                parent._modules[lin_node.target] = LinearPackedGlu.from_linear(
-                    children[lin_node.target], gated, gate_index)
+                gemm, gate_index, gated = packed
+                lin_path = _join(path, gemm.node.target)
+                parent._modules[gemm.node.target] = LinearPackedGlu.from_linear(
+                    children[gemm.node.target], gated, gate_index)
                 parent._modules[act_name] = PackedGluActivation(children[act_name])
                 result.fused.append((f"{lin_path} (packed: gate half {gate_index})", act_path, gated))
                 continue
-            if not (isinstance(source, torch.fx.Node) and source.op == "call_module" and source.target in linears):
+            found = _match.pair(act_node, reader)
+            if found is None:
                 continue
-            why = _why_not(source, act_node, calls, children)
-            lin_path, act_path = _join(path, source.target), _join(path, act_name)
-            if why:
-                result.left.append((f"{lin_path} -> {act_path}", why))
+            if isinstance(found, str):
+                result.left.append((f"{_join(path, act_node.args[0].target)} -> {act_path}", found))
                 continue
-            activation, slope = from_module(children[act_name])
-            linear = children[source.target]
-            up_node = _gated_up(source, act_node, calls, children)
-            if up_node is not None and activation in GATED_BY_GATE:
-                up = LinearUp.from_linear(children[up_node.target])
-                parent._modules[source.target] = LinearGate.from_linear(linear, up, GATED_BY_GATE[activation])
-                parent._modules[up_node.target] = up
+            lin_name = found.gemm.node.target
+            lin_path, linear = _join(path, lin_name), children[lin_name]
+            up = _match.gated_up(found, reader)
+            if up is not None:
+                gated = GATED_BY_GATE[found.activation]
+                up_module = LinearUp.from_linear(children[up.node.target])
+                parent._modules[lin_name] = LinearGate.from_linear(linear, up_module, gated)
+                parent._modules[up.node.target] = up_module
                 parent._modules[act_name] = nn.Identity()
-                result.fused.append((f"{lin_path} * {_join(path, up_node.target)}", act_path,
-                                     GATED_BY_GATE[activation]))
+                result.fused.append((f"{lin_path} * {_join(path, up.node.target)}", act_path, gated))
                 continue
-            fused = (LinearAct.from_linear(linear, activation, slope) if _linear_kind(linear) == "linear"
-                     else Conv1DAct.from_conv1d(linear, activation, slope))
+            fused = (LinearAct.from_linear(linear, found.activation, found.slope) if found.gemm.n_by_k
+                     else Conv1DAct.from_conv1d(linear, found.activation, found.slope))
             if _move_forward_hooks(linear, fused):
                 result.hooks_moved.append(lin_path)
-            parent._modules[source.target] = fused
+            parent._modules[lin_name] = fused
             parent._modules[act_name] = nn.Identity()
-            result.fused.append((lin_path, act_path, activation))
-            fused_pairs.append((source.target, act_node))
+            result.fused.append((lin_path, act_path, found.activation))
+            fused_pairs.append((lin_name, act_node))
     for first, act_node in fused_pairs:
-        _chain(path, parent, first, act_node, calls, result)
+        _chain(path, parent, first, act_node, reader, result)
 
 
-def _other_factor(act_node):
-    """y where act_node's output is used only by ``act_node * y`` (or
-    ``y * act_node``, Python's operator); else None."""
-    if len(act_node.users) != 1:
-        return None
-    (product,) = act_node.users
-    if product.op != "call_function" or product.target is not operator.mul or len(product.args) != 2 \
-            or product.kwargs:
-        return None
-    return product.args[1] if product.args[0] is act_node else product.args[0]
-
-
-def _gated_up(gate_node, act_node, calls, children):
-    """The up projection's call where act(gate(x)) is used only by
-    ``act(gate(x)) * up(x)``, up an nn.Linear called once, on gate's input,
-    its output used by that product alone, and neither Linear with forward
-    hooks (a parallel plan's conversions stay with the Linear); else None."""
-    up = _other_factor(act_node)
-    if not (isinstance(up, torch.fx.Node) and up.op == "call_module" and up is not gate_node):
-        return None
-    up_module = children.get(up.target)
-    gate_module = children[gate_node.target]
-    if type(up_module) is not nn.Linear or type(gate_module) is not nn.Linear:
-        return None
-    if up.args != gate_node.args or up.kwargs or gate_node.kwargs or len(up.users) != 1 \
-            or len(calls[up.target]) != 1 or up_module.weight.shape != gate_module.weight.shape:
-        return None
-    if any(getattr(m, name, None) for m in (up_module, gate_module) for name in _FORWARD_HOOKS):
-        return None
-    return up
-
-
-def _packed_glu(act_node, calls, children):
-    """(the Linear's call, the gate's half, the gated form) where act_node
-    gates one half of a Linear's output split by ``chunk(2, dim=-1)`` and
-    multiplies the other, nothing else using either half or the Linear's
-    output, and the Linear (a plain nn.Linear without forward hooks) and the
-    activation are called once; else None."""
-    act = children[act_node.target]
-    found = from_module(act)
-    if found is None or found[0] not in GATED_BY_GATE or len(act_node.args) != 1 or act_node.kwargs \
-            or len(calls[act_node.target]) != 1:
-        return None
-    gate_half = act_node.args[0]
-    if not (isinstance(gate_half, torch.fx.Node) and gate_half.op == "call_function"
-            and gate_half.target is operator.getitem and len(gate_half.users) == 1):
-        return None
-    split, gate_index = gate_half.args
-    if not (isinstance(split, torch.fx.Node) and split.op == "call_method" and split.target == "chunk"
-            and len(split.users) == 2 and gate_index in (0, 1) and type(gate_index) is int):
-        return None
-    args = dict(zip(("input", "chunks", "dim"), split.args), **split.kwargs)
-    if args.get("chunks") != 2 or args.get("dim") not in (-1,):
-        return None
-    lin_node = args["input"]
-    if not (isinstance(lin_node, torch.fx.Node) and lin_node.op == "call_module" and len(lin_node.users) == 1
-            and len(calls.get(lin_node.target, ())) == 1):
-        return None
-    linear = children.get(lin_node.target)
-    if type(linear) is not nn.Linear or linear.out_features % 2 \
-            or any(getattr(linear, name, None) for name in _FORWARD_HOOKS):
-        return None
-    up_half = _other_factor(act_node)
-    if not (isinstance(up_half, torch.fx.Node) and up_half.op == "call_function"
-            and up_half.target is operator.getitem and up_half.args == (split, 1 - gate_index)
-            and len(up_half.users) == 1):
-        return None
-    return lin_node, gate_index, GATED_BY_GATE[found[0]]
-
-
-def _only_call(node, calls):
-    """The module call that alone uses node's output, with it alone; or None."""
-    if len(node.users) != 1:
-        return None
-    (user,) = node.users
-    if user.op != "call_module" or user.args != (node,) or user.kwargs or len(calls.get(user.target, ())) != 1:
-        return None
-    return user
-
-
-def _chain(path, parent, first, act_node, calls, result):
+def _chain(path, parent, first, act_node, reader, result):
     """Links the fused pair `first` to the Linear its activation's output
     feeds, where it feeds that Linear alone and nothing else, directly or
     through a dropout (the link then opens only while the dropout passes its
     input through), and the activation is one that chains (rule links)."""
     if not links(parent._modules[first].activation):
         return
-    node = _only_call(act_node, calls)
-    through = None
-    if node is not None and isinstance(parent._modules[node.target], nn.Dropout):
-        through = parent._modules[node.target]
-        node = _only_call(node, calls)
-    if node is None:
+    found = _match.consumer(act_node, reader)
+    if found is None:
+        return
+    node, source = found
+    if node.op != "call_module" or node.args != (source,) or node.kwargs:
         return
     second = parent._modules[node.target]
     if not isinstance(second, (LinearAct, Conv1DAct)):
@@ -271,7 +228,7 @@ def _chain(path, parent, first, act_node, calls, result):
         if _move_forward_hooks(second, fused):
             result.hooks_moved.append(_join(path, node.target))
         parent._modules[node.target] = second = fused
-    link = ChainLink(through)
+    link = ChainLink(parent._modules[source.target] if source is not act_node else None)
     parent._modules[first]._chain_out = link
     second._chain_in = link
     result.chained.append((_join(path, first), _join(path, node.target)))
@@ -291,30 +248,6 @@ def _move_forward_hooks(linear, fused):
             getattr(fused, name).update(hooks)
             moved = True
     return moved
-
-
-def _why_not(lin_node, act_node, calls, children):
-    """Why the pair cannot be fused, or None when it can."""
-    act = children[act_node.target]
-    if from_module(act) is None:
-        return f"{qualified_class_name(act)} is not an activation this project computes"
-    if len(act_node.args) != 1 or act_node.kwargs:
-        return "the activation takes more than the Linear's output"
-    if len(lin_node.users) != 1:
-        others = sorted(_describe(u) for u in lin_node.users if u is not act_node)
-        return f"the Linear's output is used by {', '.join(others)} as well"
-    if len(calls[lin_node.target]) != 1 or len(calls[act_node.target]) != 1:
-        return "the Linear or the activation is called more than once in the forward"
-    return None
-
-
-def _describe(node):
-    """A graph node's call, as a reader would name it."""
-    if node.op == "call_function":
-        return getattr(node.target, "__name__", str(node.target))
-    if node.op == "call_method":
-        return f".{node.target}()"
-    return str(node.target)
 
 
 class _ChildrenAsLeaves(torch.fx.Tracer):

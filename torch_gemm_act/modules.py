@@ -128,22 +128,29 @@ class _WithActivation(_Fused):
 
         Either way a chain's second layer still takes what the first
         published (the first layer's backward counts on it)."""
+        mode, _ = self._road(x, n)
+        chain_in = self._chain_in
+        if mode and chain_in is not None:
+            chain_in.clear()  # what it holds is another input's
+        return mode
+
+    def _road(self, x, n):
+        """(mode, rule) of a call on x (_unfused_mode, without its effect on
+        the chain link): the rule of torch_gemm_act._policy that chose it,
+        or None where the operator runs by default."""
         if is_compiling():
             if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
                                                                       _needs_grad(x, self.weight, self.bias)):
-                return _FUSED
-            mode = _TRACED
+                return _FUSED, None
+            mode, rule = _TRACED, "compiles_as_eager"
         elif _runs_atens_ops(x, n):
-            mode = _EAGER
+            mode, rule = _EAGER, "host_bound" if x.is_cuda else "cpu_atens"
         else:
-            return _FUSED
+            return _FUSED, None
         chain_in = self._chain_in
         if chain_in is None:
-            return _FUSED if mode == _EAGER and self._takes_node(x) else mode
-        if chain_in.y is x:
-            return _FUSED
-        chain_in.clear()  # what it holds is another input's
-        return mode
+            return (_FUSED, "own_node") if mode == _EAGER and self._takes_node(x) else (mode, rule)
+        return (_FUSED, None) if chain_in.y is x else (mode, rule)
 
     # Whether the fused call has a backward node of its own
     # (functional._gemm_act_of_weight: a weight [N, K]).
@@ -159,12 +166,13 @@ class _WithActivation(_Fused):
         """What a call on x would run here, in eager mode, and the rule of
         torch_gemm_act._policy that chose it (torch_gemm_act.explain)."""
         b, n = self._b(), self._n()
-        if _runs_atens_ops(x, n) and not (self._chain_in is not None and self._chain_in.y is x):
-            if self._chain_in is None and self._takes_node(x):
-                return "the operator through the layer's own node (rule own_node): " + \
-                    explain(x, b, self.bias, activation=self.activation, negative_slope=self.negative_slope)
-            rule = "cpu_atens" if not x.is_cuda else \
-                f"host_bound: {x.numel() * n:.3g} multiply-adds < 2^{_HOST_BOUND_LOG2}"
+        mode, rule = self._road(x, n)
+        if rule == "own_node":
+            return "the operator through the layer's own node (rule own_node): " + \
+                explain(x, b, self.bias, activation=self.activation, negative_slope=self.negative_slope)
+        if mode:
+            if rule == "host_bound":
+                rule = f"host_bound: {x.numel() * n:.3g} multiply-adds < 2^{_HOST_BOUND_LOG2}"
             if not torch.is_grad_enabled() and self._epilogue_of(x, self.weight, self.bias) is not None:
                 return f"torch._addmm_activation, cuBLASLt's epilogue (rule {rule})"
             return f"ATen's ops, as the modules it replaced ran them (rule {rule})"

@@ -44,7 +44,7 @@ std::vector<KernelInfo> compiled_kernels();
 // Compiled code takes gemm_glu only from there (functional._compiles_to_glu).
 std::optional<int64_t> fused_glu_min_rows();
 
-// The backward's elementwise pass (backward/activation_backward.cu).
+// The backward's elementwise pass (backward/activation_backward.cpp).
 void activation_backward_cuda(const ActivationBackwardArgs& args);
 
 // The gated activation's passes (glu/glu_pass.cu).

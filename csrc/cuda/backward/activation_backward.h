@@ -1,7 +1,7 @@
 // The backward elementwise pass on the GPU: dZ = gY * act'(saved) and the
 // bias gradient reduced in the same launch, deterministically.
 //
-// activation_backward.cu (the entry point, activation_backward_cuda) plans the
+// activation_backward.cpp (the entry point, activation_backward_cuda) plans the
 // launch: how the [M, N] problem is cut into thread-block tiles, whether the
 // 16-byte vector path applies, and the workspace for cross-block partial sums.
 // The per-dtype files (activation_backward_{f32,f64,f16,bf16}.cu) compile the
@@ -91,7 +91,7 @@ struct BackwardPlan {
 };
 
 // The kernel `plan` selects is launched with `grid` blocks on `stream`. The
-// plan's pointers must be set; see activation_backward.cu for the tiling.
+// plan's pointers must be set; see activation_backward.cpp for the tiling.
 template <class Element>
 void launch_activation_backward(const BackwardPlan& plan, int64_t grid, cudaStream_t stream);
 

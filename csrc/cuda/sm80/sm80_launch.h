@@ -1,4 +1,4 @@
-// The seam between the sm80 entry (sm80_gemm_act.cu, which sees PyTorch)
+// The seam between the sm80 entry (sm80_gemm_act.cpp, which sees PyTorch)
 // and the kernel units (kernels/*.cu, which see CUTLASS and nothing of
 // PyTorch).
 #pragma once
@@ -13,7 +13,7 @@ namespace sm80 {
 
 // Runs one kernel (configuration x dtype x B layout x activation; the bias
 // kind, C and Z are run-time) on `stream`, on the current device. The entry
-// has checked the operand rules (sm80_gemm_act.cu) and that the
+// has checked the operand rules (sm80_gemm_act.cpp) and that the
 // configuration's shared memory fits the device. Returns the CUDA error of
 // the shared-memory opt-in (then nothing was launched: for instance
 // cudaErrorNoKernelImageForDevice) or of the launch. Defined in

@@ -6,7 +6,7 @@
 //
 // It returns false, having done nothing, when the device is not sm_90, the
 // operands are not what TMA can read, or the library backend runs the same
-// kernel eager PyTorch would (see classify in sm90_gemm_act.cu for the exact
+// kernel eager PyTorch would (see classify in sm90_gemm_act.cpp for the exact
 // list); it throws (TORCH_CHECK) only on a real CUDA error.
 #pragma once
 

@@ -86,7 +86,7 @@ struct GluCollectiveMma : Base {
     return params;
   }
 
-  // The entry (sm90_gemm_act.cu) checked the alignments and the strides.
+  // The entry (sm90_gemm_act.cpp) checked the alignments and the strides.
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto [M, N, K, L] = cute::append<4>(problem_shape, 1);

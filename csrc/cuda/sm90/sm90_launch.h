@@ -1,4 +1,4 @@
-// The seam between the sm90 entry (sm90_gemm_act.cu, which sees PyTorch) and
+// The seam between the sm90 entry (sm90_gemm_act.cpp, which sees PyTorch) and
 // the kernel instantiations (generated from sm90_kernels.py: one small
 // translation unit per configuration, dtype and B layout, which see CUTLASS
 // and nothing of PyTorch).

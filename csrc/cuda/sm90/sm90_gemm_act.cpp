@@ -24,6 +24,7 @@
 #include "cuda/sm90/sm90_column_sums.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
+#include "cuda/sm90/sm90_library_rules.h"
 #include "cuda/sm90/sm90_staging.h"
 #include "cuda/sm90/sm90_tma_rules.h"
 #include "gated.h"
@@ -33,8 +34,16 @@ namespace gemm_act {
 namespace sm90 {
 namespace {
 
+// A compile-check build (setup.py, GEMM_ACT_SM90_COMPILE_CHECK) holds a few
+// of the family's kernels, not the family: its sm90 backend takes no case.
+#ifdef GEMM_ACT_SM90_COMPILE_CHECK
+constexpr bool kWholeFamily = false;
+#else
+constexpr bool kWholeFamily = true;
+#endif
+
 struct DeviceInfo {
-  bool is_sm90 = false;  // exactly compute capability 9.0: what an sm_90a cubin runs on
+  bool is_sm90 = false;  // exactly compute capability 9.0 (what an sm_90a cubin runs on), whole family built
   int sm_count = 0;
 };
 
@@ -50,7 +59,7 @@ const DeviceInfo& device_info(int device) {
       cudaGetLastError();
       return;
     }
-    info[device].is_sm90 = prop.major == 9 && prop.minor == 0;
+    info[device].is_sm90 = kWholeFamily && prop.major == 9 && prop.minor == 0;
     info[device].sm_count = prop.multiProcessorCount;
   });
   return info[device];
@@ -206,6 +215,7 @@ struct Sm90Case {
   BLayout layout = BLayout::KMajor;  // kDirect only
   int device = 0;
   const char* declined = nullptr;  // kDecline: why (explain() prints it)
+  const LibraryRule* rule = nullptr;  // kDecline by a library rule: which
 };
 
 // Under the testing switch, a forced sm90 backend or kernel takes every case
@@ -216,74 +226,6 @@ bool forced_here() {
   return o.cuda_backend == "sm90" || !o.sm90_kernel.empty();
 }
 
-// Where the library is faster on aligned operands, each rule a measured
-// boundary (docs/MEASUREMENTS.md, "sm90 dispatch rules").
-
-// plain_gemm_is_eager: a plain GEMM (no activation, no C, at most a column
-// bias) is eager F.linear's own cuBLASLt call, which the library runs; this
-// family's 16-bit kernels win it only at short K or wide N.
-constexpr int64_t kMaxPlainShortK = 1024;
-constexpr int64_t kMinPlainWideN = 8192;
-bool library_is_eager(const GemmActParams& p, Dtype dtype) {
-  const bool plain = p.activation == Activation::None && p.c == nullptr &&
-                     (p.bias_kind == BiasKind::None || p.bias_kind == BiasKind::PerColumn);
-  const bool family_faster = dtype != Dtype::F32 && (p.k <= kMaxPlainShortK || p.n >= kMinPlainWideN);
-  return plain && !family_faster;
-}
-
-// long_k: beyond this K cuBLAS's GEMM and eager's pass win.
-constexpr int64_t kMaxDirectK = 4096;
-
-// One tile row of this family's small-M tiles (library_is_faster_few_rows).
-constexpr int64_t kMaxSmallTileM = 128;
-
-// lt_epilogue: cuBLASLt's own GELU (tanh) epilogue, without Z, up to one
-// tile row, at short K, and at long K with N <= 4096; never its RELU
-// epilogue, which turns NaN into 0 (library::cublaslt_fuses_activation).
-constexpr int64_t kMaxEpilogueShortK = 768;
-bool library_epilogue_is_faster(const GemmActArgs& args) {
-  const GemmActParams& p = args.params;
-  const bool epilogue_shape = p.m <= kMaxSmallTileM || p.k <= kMaxEpilogueShortK || (p.k >= 4096 && p.n <= 4096);
-  return p.z == nullptr && epilogue_shape && library::cublaslt_fuses_activation(args);
-}
-
-// tall_long_k: long K, from 8192 columns, at least as tall as wide.
-bool library_is_faster_tall(const GemmActParams& p) {
-  return p.k >= kMaxDirectK && p.n >= 8192 && p.m >= p.n;
-}
-
-// small: below 2^32 multiply-adds cuBLAS's tiles and split-K fill the GPU
-// where this family's tiles are too few.
-constexpr double kMinDirectMultiplyAdds = 4294967296.0;  // 2^32
-bool library_is_faster_small(const GemmActParams& p) {
-  return static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) <
-         kMinDirectMultiplyAdds;
-}
-
-// few_rows: two to six 128-row tiles fill the SMs in too few, uneven waves
-// (cuBLAS splits K); up to one tile row the small-M tiles stream as fast.
-constexpr int64_t kMaxFewRowsM = 768;
-bool library_is_faster_few_rows(const GemmActParams& p) {
-  return p.m > kMaxSmallTileM && p.m <= kMaxFewRowsM;
-}
-
-// The rule's boundaries on aligned operands, tried in order; the first that
-// applies leaves the case to the library. Named as in docs/MEASUREMENTS.md.
-struct LibraryRule {
-  const char* name;  // and what it says, as explain() prints it
-  bool (*applies)(const GemmActArgs& args, Dtype dtype);
-};
-const LibraryRule kLibraryRules[] = {
-    {"plain_gemm_is_eager (no activation or C, K > 1024, N < 8192: eager's own cuBLASLt call)",
-     [](const GemmActArgs& a, Dtype d) { return library_is_eager(a.params, d); }},
-    {"long_k (K > 4096)", [](const GemmActArgs& a, Dtype) { return a.params.k > kMaxDirectK; }},
-    {"lt_epilogue (cuBLASLt's GELU epilogue, without Z)",
-     [](const GemmActArgs& a, Dtype) { return library_epilogue_is_faster(a); }},
-    {"tall_long_k (K >= 4096, N >= 8192, M >= N)",
-     [](const GemmActArgs& a, Dtype) { return library_is_faster_tall(a.params); }},
-    {"small (below 2^32 multiply-adds)", [](const GemmActArgs& a, Dtype) { return library_is_faster_small(a.params); }},
-    {"few_rows (129 to 768 rows)", [](const GemmActArgs& a, Dtype) { return library_is_faster_few_rows(a.params); }},
-};
 
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
@@ -297,6 +239,7 @@ Sm90Case classify(const GemmActArgs& args) {
   if (!dtype.has_value()) return decline("fp16, bf16 and TF32-allowed fp32 only");
   out.dtype = *dtype;
   out.device = args.a.get_device();
+  if (!kWholeFamily) return decline("a compile-check build (GEMM_ACT_SM90_COMPILE_CHECK=1)");
   if (!device_info(out.device).is_sm90) return decline("not a compute capability 9.0 GPU");
   // K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return decline("K = 0");
@@ -307,7 +250,10 @@ Sm90Case classify(const GemmActArgs& args) {
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
     if (!forced_here()) {
       for (const LibraryRule& rule : kLibraryRules) {
-        if (rule.applies(args, *dtype)) return decline(rule.name);
+        if (rule.applies(args, *dtype)) {
+          out.rule = &rule;
+          return decline(rule.name);
+        }
       }
     }
     out.route = Route::kDirect;
@@ -325,7 +271,7 @@ Sm90Case classify(const GemmActArgs& args) {
 std::optional<std::string> why_not(const GemmActArgs& args) {
   const Sm90Case c = classify(args);
   if (c.route != Route::kDecline) return std::nullopt;
-  return std::string(c.declined);
+  return c.rule != nullptr ? std::string(c.rule->name) + " (" + c.rule->says() + ")" : std::string(c.declined);
 }
 
 std::optional<std::string> plan(const GemmActArgs& args) {
