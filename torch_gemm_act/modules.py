@@ -97,7 +97,7 @@ class _WithActivation(_Fused):
     _chain_in = None   # ChainLink from the layer whose output this one takes
     _chain_out = None  # ChainLink to the layer that takes this one's output
 
-    def _unfused_mode(self, x, n):
+    def _unfused_mode(self, x, n, why=False):
         """Whether this call (input x, n output columns) runs the unfused
         layer, ATen's ops: the ones the modules it replaced ran (_EAGER or
         _TRACED), or the fused operator (_FUSED, false).
@@ -127,30 +127,30 @@ class _WithActivation(_Fused):
         traced.
 
         Either way a chain's second layer still takes what the first
-        published (the first layer's backward counts on it)."""
-        mode, _ = self._road(x, n)
-        chain_in = self._chain_in
-        if mode and chain_in is not None:
-            chain_in.clear()  # what it holds is another input's
-        return mode
+        published (the first layer's backward counts on it).
 
-    def _road(self, x, n):
-        """(mode, rule) of a call on x (_unfused_mode, without its effect on
-        the chain link): the rule of torch_gemm_act._policy that chose it,
-        or None where the operator runs by default."""
+        With ``why``, (mode, the rule that chose it or None), and the chain
+        link left as it is (explain)."""
         if is_compiling():
             if self.activation != IDENTITY and not _compiles_as_eager(x, self.activation,
                                                                       _needs_grad(x, self.weight, self.bias)):
-                return _FUSED, None
-            mode, rule = _TRACED, "compiles_as_eager"
+                return (_FUSED, None) if why else _FUSED
+            mode = _TRACED
         elif _runs_atens_ops(x, n):
-            mode, rule = _EAGER, "host_bound" if x.is_cuda else "cpu_atens"
+            mode = _EAGER
         else:
-            return _FUSED, None
+            return (_FUSED, None) if why else _FUSED
         chain_in = self._chain_in
         if chain_in is None:
-            return (_FUSED, "own_node") if mode == _EAGER and self._takes_node(x) else (mode, rule)
-        return (_FUSED, None) if chain_in.y is x else (mode, rule)
+            if mode == _EAGER and self._takes_node(x):
+                return (_FUSED, "own_node") if why else _FUSED
+        elif chain_in.y is x:
+            return (_FUSED, None) if why else _FUSED
+        if why:
+            return mode, "compiles_as_eager" if mode == _TRACED else "host_bound" if x.is_cuda else "cpu_atens"
+        if chain_in is not None:
+            chain_in.clear()  # what it holds is another input's
+        return mode
 
     # Whether the fused call has a backward node of its own
     # (functional._gemm_act_of_weight: a weight [N, K]).
@@ -166,7 +166,7 @@ class _WithActivation(_Fused):
         """What a call on x would run here, in eager mode, and the rule of
         torch_gemm_act._policy that chose it (torch_gemm_act.explain)."""
         b, n = self._b(), self._n()
-        mode, rule = self._road(x, n)
+        mode, rule = self._unfused_mode(x, n, why=True)
         if rule == "own_node":
             return "the operator through the layer's own node (rule own_node): " + \
                 explain(x, b, self.bias, activation=self.activation, negative_slope=self.negative_slope)
