@@ -269,7 +269,10 @@ class BuildExtensionWithFamilies(BuildExtension):
 
 
 def _extension():
-    cxx_flags = ["-O3"]  # the C++ standard comes from torch (C++17 or C++20 by version)
+    # The C++ standard comes from torch (C++17 or C++20 by version). No debug
+    # information, which Python's own CFLAGS ask for: it is most of a host
+    # file's compile time and object size (docs/MEASUREMENTS.md, session 58).
+    cxx_flags = ["-O3", "-g0"]
     cpu_sources = _sources("*.cpp") + _sources("cpu/**/*.cpp")
     if not _want_cuda():
         return CppExtension("torch_gemm_act._C", cpu_sources, include_dirs=[CSRC],

@@ -189,3 +189,30 @@ def test_exponential_activations_accuracy(activation, dtype, device):
     else:
         _assert_rounded_correctly(ours[ok], exact[ok], z[ok], dtype)
     assert (ours[~ok].abs() <= 2.0**-120).all()
+
+
+def test_captured_calls_are_read_from_the_activation_table():
+    from torch_gemm_act.activations import _PYTORCH, from_call
+    F = torch.nn.functional
+    assert from_call(torch.relu, (), {}) == ("relu", 0.01)
+    assert from_call("relu", (), {}) == ("relu", 0.01)
+    assert from_call(F.gelu, (), {}) == ("gelu", 0.01)
+    assert from_call(F.gelu, (), {"approximate": "tanh"}) == ("gelu_tanh", 0.01)
+    assert from_call(F.gelu, ("tanh",), {}) == ("gelu_tanh", 0.01)
+    assert from_call(F.leaky_relu, (0.2,), {}) == ("leaky_relu", 0.2)
+    assert from_call(F.leaky_relu, (), {"negative_slope": 0.3, "inplace": False}) == ("leaky_relu", 0.3)
+    assert from_call(F.silu, (), {"inplace": False}) == ("silu", 0.01)
+    # In place, an unknown argument or form, a slope the operator refuses, a non-activation: none.
+    assert from_call(F.relu, (True,), {}) is None
+    assert from_call(F.silu, (), {"inplace": True}) is None
+    assert from_call(F.gelu, (), {"approximate": "erf"}) is None
+    assert from_call(F.gelu, (), {"other": 1}) is None
+    assert from_call(F.leaky_relu, (-1.0,), {}) is None
+    assert from_call(torch.add, (), {}) is None
+    # Every call a row lists computes that row's twin.
+    x = torch.randn(64, dtype=torch.float64)
+    for name, form in _PYTORCH.items():
+        twin = form.twin(**form.attrs)
+        for call in form.calls:
+            out = getattr(x, call)() if isinstance(call, str) else call(x, **form.attrs)
+            torch.testing.assert_close(out, twin(x), rtol=0, atol=0, msg=f"{name}: {call}")

@@ -48,25 +48,36 @@ class _PyTorchForm(NamedTuple):
     the epilogue of cuBLASLt's GEMM (one op, no autograd), (its use_gelu, the
     dtypes where it does). Its GELU is the tanh form to within bf16's and
     fp16's rounding (coarser than fp32's); not its RELU_BIAS, which turns NaN
-    into 0 where torch.relu keeps it."""
+    into 0 where torch.relu keeps it. calls, params: the functions (and
+    Tensor method names) a graph Dynamo captured calls for it, and the names
+    of their parameters after the input, which carry the twin's attrs (the
+    compile pass reads them)."""
     twin: type
     attrs: dict = {}
     in_place: Optional[Callable] = None
     addmm: Optional[tuple] = None
+    calls: tuple = ()
+    params: tuple = ()
 
 
 # Each activation's PyTorch form, one row per name (the names are the
 # extension's; the import checks that they match).
+_F = nn.functional
 _PYTORCH = {
     "none": _PyTorchForm(nn.Identity),
-    "relu": _PyTorchForm(nn.ReLU, in_place=lambda y, slope: torch.relu_(y)),
-    "leaky_relu": _PyTorchForm(nn.LeakyReLU, in_place=lambda y, slope: nn.functional.leaky_relu_(y, slope)),
-    "tanh": _PyTorchForm(nn.Tanh, in_place=lambda y, slope: torch.tanh_(y)),
-    "sigmoid": _PyTorchForm(nn.Sigmoid, in_place=lambda y, slope: torch.sigmoid_(y)),
-    "gelu": _PyTorchForm(nn.GELU, {"approximate": "none"}),
+    "relu": _PyTorchForm(nn.ReLU, in_place=lambda y, slope: torch.relu_(y),
+                         calls=(torch.relu, _F.relu, torch.Tensor.relu, "relu"), params=("inplace",)),
+    "leaky_relu": _PyTorchForm(nn.LeakyReLU, in_place=lambda y, slope: _F.leaky_relu_(y, slope),
+                               calls=(_F.leaky_relu,), params=("negative_slope", "inplace")),
+    "tanh": _PyTorchForm(nn.Tanh, in_place=lambda y, slope: torch.tanh_(y),
+                         calls=(torch.tanh, _F.tanh, torch.Tensor.tanh, "tanh")),
+    "sigmoid": _PyTorchForm(nn.Sigmoid, in_place=lambda y, slope: torch.sigmoid_(y),
+                            calls=(torch.sigmoid, _F.sigmoid, torch.Tensor.sigmoid, "sigmoid")),
+    "gelu": _PyTorchForm(nn.GELU, {"approximate": "none"}, calls=(_F.gelu,), params=("approximate",)),
     "gelu_tanh": _PyTorchForm(nn.GELU, {"approximate": "tanh"},
-                              addmm=(True, frozenset((torch.float16, torch.bfloat16)))),
-    "silu": _PyTorchForm(nn.SiLU),
+                              addmm=(True, frozenset((torch.float16, torch.bfloat16))),
+                              calls=(_F.gelu,), params=("approximate",)),
+    "silu": _PyTorchForm(nn.SiLU, calls=(_F.silu,), params=("inplace",)),
 }
 # Other libraries' activation modules that compute one of ours exactly, by
 # where their class is defined, so that neither library is imported here
@@ -96,6 +107,10 @@ if set(_PYTORCH) != set(ACTIVATIONS) or not set(GATED.values()) <= set(ACTIVATIO
 if {name for name, form in _PYTORCH.items() if form.in_place} != GRAD_FROM_OUTPUT - {IDENTITY}:
     raise ImportError("torch_gemm_act: the in-place ops do not match the activations differentiated from "
                       f"their output ({sorted(GRAD_FROM_OUTPUT)}); rebuild it")
+
+
+# Each twin as built with its defaults: what a call's omitted arguments are.
+_TWIN_DEFAULTS = {name: form.twin() for name, form in _PYTORCH.items()}
 
 
 def check_activation(activation, negative_slope=0.01):
@@ -165,6 +180,31 @@ def twin(activation, negative_slope=0.01):
     if activation in USES_SLOPE:
         attrs = {**attrs, "negative_slope": negative_slope}
     return cls(**attrs)
+
+
+def from_call(target, args, kwargs):
+    """(activation, negative_slope) for a call of ``target`` (a function, or
+    a Tensor method's name) on one tensor followed by ``args`` and
+    ``kwargs``, as a captured graph records it: one this project computes,
+    not in place, its arguments the twin's attributes; else None."""
+    for name, form in _PYTORCH.items():
+        if target not in form.calls or len(args) > len(form.params) or set(kwargs) - set(form.params):
+            continue
+        given = {**dict(zip(form.params, args)), **kwargs}
+        if given.get("inplace", False):
+            return None
+        defaults = _TWIN_DEFAULTS[name]
+        if any(given.get(key, getattr(defaults, key)) != value for key, value in form.attrs.items()):
+            continue
+        slope = given.get("negative_slope", getattr(defaults, "negative_slope", 0.01))
+        if not isinstance(slope, (int, float)) or isinstance(slope, bool):
+            return None
+        try:
+            check_activation(name, float(slope))
+        except ValueError:
+            return None
+        return name, float(slope)
+    return None
 
 
 def qualified_class_name(module):

@@ -23,47 +23,26 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import _match, _policy
-from .activations import IDENTITY, check_activation
+from .activations import IDENTITY, from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
     compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
 from .functional import _stores_preact
 
 __all__ = ["enable_compile_fusion"]
 
-# The activation calls Dynamo records, as (activation, negative_slope) of the node.
-_RELU = (torch.relu, torch.nn.functional.relu, torch.Tensor.relu, "relu")
-_SIGMOID = (torch.sigmoid, torch.nn.functional.sigmoid, torch.Tensor.sigmoid, "sigmoid")
-_TANH = (torch.tanh, torch.nn.functional.tanh, torch.Tensor.tanh, "tanh")
-_SILU = (torch.nn.functional.silu,)
-_GELU = (torch.nn.functional.gelu,)
-_LEAKY = (torch.nn.functional.leaky_relu,)
-
-
 def _arg(node, index, name, default):
     return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
 
 
 def _activation_of(node):
-    """(activation, negative_slope) of an activation call on one tensor, else None."""
-    if node.op not in ("call_function", "call_method"):
+    """(activation, negative_slope) of an activation call on one tensor, else
+    None (the calls are the activation table's: activations.from_call)."""
+    if node.op not in ("call_function", "call_method") or not node.args:
         return None
-    target = node.target
-    if target in _RELU or target in _SIGMOID or target in _TANH:
-        extra = set(node.kwargs) - {"inplace"}
-        if len(node.args) != 1 or extra or node.kwargs.get("inplace", False):
-            return None
-        return ("relu" if target in _RELU else "sigmoid" if target in _SIGMOID else "tanh"), 0.01
-    if target in _SILU:
-        return ("silu", 0.01) if not _arg(node, 1, "inplace", False) and len(node.args) <= 2 else None
-    if target in _GELU:
-        approximate = _arg(node, 1, "approximate", "none")
-        return {"none": ("gelu", 0.01), "tanh": ("gelu_tanh", 0.01)}.get(approximate)
-    if target in _LEAKY:
-        if _arg(node, 2, "inplace", False):
-            return None
-        slope = _arg(node, 1, "negative_slope", 0.01)
-        return ("leaky_relu", float(slope)) if isinstance(slope, (int, float)) else None
-    return None
+    try:
+        return from_call(node.target, node.args[1:], node.kwargs)
+    except TypeError:  # a target that cannot be compared or hashed
+        return None
 
 
 def _gemm_of(node):
@@ -99,13 +78,7 @@ class _CapturedCalls:
     @staticmethod
     def activation(node):
         found = _activation_of(node)
-        if found is None or not isinstance(node.args[0], torch.fx.Node):
-            return None
-        try:
-            check_activation(*found)
-        except ValueError:
-            return None
-        return found
+        return found if found is not None and isinstance(node.args[0], torch.fx.Node) else None
 
     @staticmethod
     def called_once(node):
