@@ -39,10 +39,7 @@ def _activation_of(node):
     None (the calls are the activation table's: activations.from_call)."""
     if node.op not in ("call_function", "call_method") or not node.args:
         return None
-    try:
-        return from_call(node.target, node.args[1:], node.kwargs)
-    except TypeError:  # a target that cannot be compared or hashed
-        return None
+    return from_call(node.target, node.args[1:], node.kwargs)
 
 
 def _gemm_of(node):
@@ -75,10 +72,7 @@ class _CapturedCalls:
         shape = getattr(_value(w), "shape", None)
         return _match.Gemm(node, x, w, bias, tuple(shape) if shape is not None else None, n_by_k, n_by_k)
 
-    @staticmethod
-    def activation(node):
-        found = _activation_of(node)
-        return found if found is not None and isinstance(node.args[0], torch.fx.Node) else None
+    activation = staticmethod(_activation_of)
 
     @staticmethod
     def called_once(node):
