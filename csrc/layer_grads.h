@@ -1,6 +1,6 @@
-// A layer's gradients from the gradients of its outputs, as every autograd
-// node of gemm_act computes them (autograd.cpp's functions, linear_node.cpp's
-// node): dZ and dbias through act', then the operands' from dZ.
+// A layer's gradients from the gradients of its outputs, as gemm_act's
+// backward node computes them (autograd.cpp): dZ and dbias through act',
+// then the operands' from dZ.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,5 @@
-// Whether an operator call must go through its autograd function, for the
-// Autograd kernels (autograd.cpp, gated_autograd.cpp).
+// Whether an operator call must record its backward, for the Autograd
+// kernels (autograd.cpp's node, gated_autograd.cpp's function).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,9 +10,9 @@
 
 namespace gemm_act {
 
-// Whether a call needs the autograd function: grad mode on and a tensor
-// argument that requires grad, or a forward-mode tangent on one (which the
-// function rejects: no jvp). Without either the operator runs below
+// Whether a call needs its backward: grad mode on and a tensor argument
+// that requires grad, or a forward-mode tangent on one (which the kernels
+// reject: no jvp). Without either the operator runs below
 // autograd directly, as ATen's own autograd kernels do, instead of building
 // a node and wrapping outputs that no backward would use.
 inline bool needs_autograd(std::initializer_list<const at::Tensor*> tensors) {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "activations.h"
+#include "autograd.h"
 #include "checks.h"
-#include "linear_node.h"
 #include "op_handles.h"
 #include "testing.h"
 #ifdef GEMM_ACT_WITH_CUDA
@@ -142,12 +142,6 @@ PyObject* testing_overrides(PyObject*, PyObject*) {
                        o.poison_outputs ? Py_True : Py_False, o.sm80_kernel.c_str(), o.sm90_swizzle);
 }
 
-// gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
-// store_preact[, b_is_weight]) -> (Y, Z): the operator through the dispatcher, as
-// torch.ops.gemm_act.gemm_act calls it (autograd, modes, subclasses all
-// apply), without matching Python arguments against its schema, which cost
-// more host time than the rest of a small forward. The Python side takes
-// this path for plain tensors outside torch.compile and torch-function modes.
 std::optional<at::Tensor> tensor_or_none(PyObject* obj, const char* op, const char* name) {
   if (obj == Py_None) return std::nullopt;
   TORCH_CHECK_TYPE(THPVariable_Check(obj), op, ": ", name, " must be a Tensor or None, got ",
@@ -155,96 +149,81 @@ std::optional<at::Tensor> tensor_or_none(PyObject* obj, const char* op, const ch
   return THPVariable_Unpack(obj);
 }
 
-// The operand b: with b_is_weight, b given as an nn.Linear weight [N, K],
-// transposed here (weight.t(), the view F.linear takes): in C++ the view
-// costs the host a fraction of what Python's .t() does.
-at::Tensor as_b(const at::Tensor& b, bool b_is_weight) { return b_is_weight ? b.t() : b; }
+// The operator on its way from Python (autograd.h's call_layer), the GIL
+// released as ATen's Python bindings do (a Python kernel on the way, of a
+// mode or a subclass, takes it back).
+PyObject* run_layer(LayerCall call, bool b_is_weight) {
+  std::tuple<at::Tensor, at::Tensor> out;
+  {
+    pybind11::gil_scoped_release no_gil;
+    out = call_layer(std::move(call), b_is_weight);
+  }
+  return torch::autograd::utils::wrap(std::move(out));
+}
 
+// gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope,
+// store_preact[, b_is_weight]) -> (Y, Z): the operator as
+// torch.ops.gemm_act.gemm_act calls it (autograd, modes, subclasses all
+// apply), without matching Python arguments against its schema, which cost
+// more host time than the rest of a small forward. With b_is_weight, b is
+// an nn.Linear weight [N, K] and the operand its transpose. The Python side
+// (ops.py) takes this path for plain tensors outside torch.compile and
+// torch-function modes.
 PyObject* gemm_act_call(PyObject*, PyObject* args) {
   HANDLE_TH_ERRORS
   PyObject *a = nullptr, *b = nullptr, *bias = nullptr, *c = nullptr;
   const char* activation = nullptr;
   Py_ssize_t activation_len = 0;
-  double alpha = 1.0, beta = 0.0, negative_slope = 0.01;
+  LayerCall call;
   int store_preact = 0, b_is_weight = 0;
-  if (!PyArg_ParseTuple(args, "O!O!OOs#dddp|p", reinterpret_cast<PyTypeObject*>(THPVariableClass), &a,
-                        reinterpret_cast<PyTypeObject*>(THPVariableClass), &b, &bias, &c,
-                        &activation, &activation_len, &alpha, &beta, &negative_slope, &store_preact,
+  const auto tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+  if (!PyArg_ParseTuple(args, "O!O!OOs#dddp|p", tensor_type, &a, tensor_type, &b, &bias, &c, &activation,
+                        &activation_len, &call.alpha, &call.beta, &call.negative_slope, &store_preact,
                         &b_is_weight)) {
     return nullptr;
   }
-  const std::optional<at::Tensor> tbias = tensor_or_none(bias, "gemm_act", "bias");
-  const std::optional<at::Tensor> tc = tensor_or_none(c, "gemm_act", "c");
-  std::tuple<at::Tensor, at::Tensor> out;
-  {
-    // As ATen's Python bindings do (a Python kernel on the way, of a mode
-    // or a subclass, takes the GIL back).
-    pybind11::gil_scoped_release no_gil;
-    out = op::gemm_act().call(THPVariable_Unpack(a), as_b(THPVariable_Unpack(b), b_is_weight != 0), tbias, tc,
-                              c10::string_view(activation, activation_len), alpha, beta,
-                              negative_slope, store_preact != 0);
-  }
-  return torch::autograd::utils::wrap(std::move(out));
+  call.a = THPVariable_Unpack(a);
+  call.b = THPVariable_Unpack(b);
+  call.bias = tensor_or_none(bias, "gemm_act", "bias");
+  call.c = tensor_or_none(c, "gemm_act", "c");
+  call.activation = c10::string_view(activation, activation_len);
+  call.store_preact = store_preact != 0;
+  return run_layer(std::move(call), b_is_weight != 0);
   END_HANDLE_TH_ERRORS
 }
 
 // gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b,
 // bias, c, activation, alpha, beta, negative_slope, store_preact,
-// z_feeds_chain) -> (Y, Z): as gemm_act_call, for the chained operator
-// (fourteen arguments, whose matching through torch.ops costs the most).
+// z_feeds_chain[, b_is_weight]) -> (Y, Z): as gemm_act_call, for the
+// chained operator (fourteen arguments, whose matching through torch.ops
+// costs the most).
 PyObject* gemm_act_chained_call(PyObject*, PyObject* args) {
   HANDLE_TH_ERRORS
   PyObject *a = nullptr, *a_preact = nullptr, *a_bias = nullptr, *b = nullptr, *bias = nullptr, *c = nullptr;
   const char *a_activation = nullptr, *activation = nullptr;
   Py_ssize_t a_activation_len = 0, activation_len = 0;
-  double a_negative_slope = 0.0, alpha = 1.0, beta = 0.0, negative_slope = 0.01;
+  LayerCall call;
   int store_preact = 0, z_feeds_chain = 0, b_is_weight = 0;
   const auto tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
   if (!PyArg_ParseTuple(args, "O!OOs#dO!OOs#dddpp|p", tensor_type, &a, &a_preact, &a_bias, &a_activation,
-                        &a_activation_len, &a_negative_slope, tensor_type, &b, &bias, &c, &activation,
-                        &activation_len, &alpha, &beta, &negative_slope, &store_preact, &z_feeds_chain,
-                        &b_is_weight)) {
+                        &a_activation_len, &call.a_negative_slope, tensor_type, &b, &bias, &c, &activation,
+                        &activation_len, &call.alpha, &call.beta, &call.negative_slope, &store_preact,
+                        &z_feeds_chain, &b_is_weight)) {
     return nullptr;
   }
   const char* op_name = "gemm_act_chained";
-  const std::optional<at::Tensor> ta_preact = tensor_or_none(a_preact, op_name, "a_preact");
-  const std::optional<at::Tensor> ta_bias = tensor_or_none(a_bias, op_name, "a_bias");
-  const std::optional<at::Tensor> tbias = tensor_or_none(bias, op_name, "bias");
-  const std::optional<at::Tensor> tc = tensor_or_none(c, op_name, "c");
-  std::tuple<at::Tensor, at::Tensor> out;
-  {
-    pybind11::gil_scoped_release no_gil;
-    out = op::gemm_act_chained().call(THPVariable_Unpack(a), ta_preact, ta_bias,
-                                      c10::string_view(a_activation, a_activation_len), a_negative_slope,
-                                      as_b(THPVariable_Unpack(b), b_is_weight != 0), tbias, tc,
-                                      c10::string_view(activation, activation_len), alpha, beta,
-                                      negative_slope, store_preact != 0, z_feeds_chain != 0);
-  }
-  return torch::autograd::utils::wrap(std::move(out));
-  END_HANDLE_TH_ERRORS
-}
-
-// linear_act(x, weight, bias, activation, negative_slope) -> Y: a module's
-// layer, weight [N, K] (linear_node.h).
-PyObject* linear_act_call(PyObject*, PyObject* args) {
-  HANDLE_TH_ERRORS
-  PyObject *x = nullptr, *weight = nullptr, *bias = nullptr;
-  const char* activation = nullptr;
-  Py_ssize_t activation_len = 0;
-  double negative_slope = 0.01;
-  const auto tensor_type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
-  if (!PyArg_ParseTuple(args, "O!O!Os#d", tensor_type, &x, tensor_type, &weight, &bias, &activation,
-                        &activation_len, &negative_slope)) {
-    return nullptr;
-  }
-  const std::optional<at::Tensor> tbias = tensor_or_none(bias, "linear_act", "bias");
-  at::Tensor y;
-  {
-    pybind11::gil_scoped_release no_gil;
-    y = linear_act(THPVariable_Unpack(x), THPVariable_Unpack(weight), tbias,
-                   c10::string_view(activation, activation_len), negative_slope);
-  }
-  return THPVariable_Wrap(std::move(y));
+  call.a = THPVariable_Unpack(a);
+  call.a_preact = tensor_or_none(a_preact, op_name, "a_preact");
+  call.a_bias = tensor_or_none(a_bias, op_name, "a_bias");
+  call.a_activation = c10::string_view(a_activation, a_activation_len);
+  call.b = THPVariable_Unpack(b);
+  call.bias = tensor_or_none(bias, op_name, "bias");
+  call.c = tensor_or_none(c, op_name, "c");
+  call.activation = c10::string_view(activation, activation_len);
+  call.store_preact = store_preact != 0;
+  call.z_feeds_chain = z_feeds_chain != 0;
+  call.chained = true;
+  return run_layer(std::move(call), b_is_weight != 0);
   END_HANDLE_TH_ERRORS
 }
 
@@ -268,8 +247,6 @@ PyMethodDef kMethods[] = {
     {"gemm_act_chained", gemm_act_chained_call, METH_VARARGS,
      "gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, "
      "beta, negative_slope, store_preact, z_feeds_chain[, b_is_weight]) -> (Y, Z)"},
-    {"linear_act", linear_act_call, METH_VARARGS,
-     "linear_act(x, weight, bias, activation, negative_slope) -> Y, weight [N, K]"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -108,3 +108,10 @@ def pytest_report_header(config):
     backend = torch_gemm_act.testing._C.testing_overrides()[0]
     return [f"torch_gemm_act from {os.path.dirname(torch_gemm_act.__file__)}",
             f"torch_gemm_act CUDA backend: {backend or 'the dispatch rule'}"]
+
+
+def takes_a_preact(y):
+    """Whether y's backward node has an a_preact edge: the layer took its
+    input's Z from the layer before (gemm_act_chained's a_preact)."""
+    fn = y.grad_fn
+    return fn is not None and fn.name() == "GemmActBackward" and fn.next_functions[1][0] is not None

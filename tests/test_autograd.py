@@ -181,8 +181,8 @@ def test_forward_mode_ad_raises(op, device):
     a, b = torch.randn(4, 6, device=device), torch.randn(6, 3, device=device)
     calls = {
         "gemm_act": lambda x: tga.gemm_act(x, b, activation="gelu"),
-        "gemm_act_chained": lambda x: tga.ops.gemm_act_chained_op(x, None, None, "none", 0.0, b, None, None,
-                                                                  "gelu", 1.0, 0.0, 0.01, False, False),
+        "gemm_act_chained": lambda x: torch.ops.gemm_act.gemm_act_chained(x, None, None, "none", 0.0, b, None, None,
+                                                                          "gelu", 1.0, 0.0, 0.01, False, False),
         "gemm_glu": lambda x: tga.gemm_glu(x, b, b),
     }
     with torch.no_grad(), fwAD.dual_level():

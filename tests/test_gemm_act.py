@@ -357,12 +357,12 @@ def test_float32_is_exact_when_tf32_is_not_allowed(device):
 
 
 def test_direct_call_matches_torch_ops(device):
-    # functional.gemm_act enters the operator directly (ops.gemm_act_direct) for plain tensors;
+    # functional.gemm_act enters the operator through _C (ops.gemm_act) for plain tensors;
     # torch.ops.gemm_act.gemm_act is the same operator.
     a, w = random_operands(33, 40, 24, torch.float32, device)
     bias = torch.randn(24, device=device)
     y = tga.gemm_act(a, w.t(), bias, activation="silu", alpha=0.5)
-    y_ops, _ = tga.ops.gemm_act_op(a, w.t(), bias, None, "silu", 0.5, 0.0, 0.01, False)
+    y_ops, _ = torch.ops.gemm_act.gemm_act(a, w.t(), bias, None, "silu", 0.5, 0.0, 0.01, False)
     assert torch.equal(y, y_ops)
 
 

@@ -15,7 +15,8 @@ RULES = {
     "host_bound": "a fused module's layer below HOST_BOUND_MULTIPLY_ADDS on CUDA, in eager mode, runs "
                   "ATen's ops (MEASUREMENTS.md, 'Host-bound policy')",
     "own_node": "except, in training, a LinearAct whose activation is differentiated from Y "
-                "(NODE_ACTIVATIONS): its own backward node (MEASUREMENTS.md, 'Host-bound policy')",
+                "(NODE_ACTIVATIONS): the operator, its one node taking the weight (MEASUREMENTS.md, "
+                "'Host-bound policy')",
     "cpu_atens": "on the CPU the fused modules run ATen's ops, eager or compiled (MEASUREMENTS.md, 'CPU policy')",
     "compiles_as_eager": "under torch.compile, exact fp32/fp64 and relu-family training take eager's formula "
                          "(MEASUREMENTS.md, 'Compiled policy')",
@@ -37,8 +38,8 @@ HOST_BOUND_MULTIPLY_ADDS = 1 << 30
 # no fused gated kernel.
 FUSED_GLU_MIN_ROWS = _C.fused_glu_min_rows()
 
-# own_node: the activations a host-bound layer in training runs through its
-# own node, those differentiated from Y.
+# own_node: the activations a host-bound layer in training runs through the
+# operator's node, those differentiated from Y.
 NODE_ACTIVATIONS = GRAD_FROM_OUTPUT - {IDENTITY}
 
 # Operands the direct call takes: tensors that are no subclass with a

@@ -89,7 +89,7 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
     (and bias) from ``link_in`` when x is its output, publishing its own on
     ``link_out`` where that pays (rule chain_pays). With ``b_is_weight``, b is a
     module's weight [N, K] and the GEMM's operand its transpose, taken in
-    C++ on the direct path (functional._gemm_act_of_weight)."""
+    C++ on the direct path (ops.gemm_act)."""
     source = link_in.take(x) if link_in is not None else None
     publish = link_out is not None and link_out.open() and chain_pays(x, b, bias, activation, any_size,
                                                                        b_is_weight)
@@ -99,14 +99,8 @@ def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=
         return gemm_act(x, b, bias, activation=activation, negative_slope=negative_slope)
     x_preact, x_bias, x_activation, x_slope = source if source is not None else (None, None, IDENTITY, 0.0)
     store = publish or _stores_preact(x, b, bias, None, activation, False)
-    args = (x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None, activation, 1.0, 0.0,
-            float(negative_slope), store, publish)
-    if ops.direct_call(x, b, activation):
-        y, z = ops.gemm_act_chained_direct(*args, b_is_weight)
-    else:
-        if b_is_weight:
-            args = args[:5] + (b.t(),) + args[6:]
-        y, z = ops.gemm_act_chained_op(*args)
+    y, z = ops.gemm_act_chained(x, x_preact, x_bias, x_activation, float(x_slope), b, bias, None, activation, 1.0,
+                                0.0, float(negative_slope), store, publish, b_is_weight)
     if publish:
         link_out.put(y, z, bias, activation, negative_slope)
     return y

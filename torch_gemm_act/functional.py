@@ -4,6 +4,7 @@ gemm_glu and gated_linear_act."""
 import torch
 
 from . import ops
+from .ops import _is_dtensor
 from ._policy import compiles_as_eager as _compiles_as_eager, compiles_to_glu as _compiles_to_glu, \
     needs_grad as _needs_grad
 from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
@@ -24,32 +25,19 @@ def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.
     # The operator checks every argument (csrc/checks.cpp); nothing is re-checked here.
     if torch.compiler.is_compiling() and _compiles_as_eager(a, activation, _needs_grad(a, b, bias, c)):
         return _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact)
-    store_preact = _stores_preact(a, b, bias, c, activation, return_preact)
-    if ops.direct_call(a, b, activation):
-        # The same operator, called without torch.ops' per-call argument matching.
-        y, z = ops.gemm_act_direct(a, b, bias, c, activation, float(alpha), float(beta),
-                                   float(negative_slope), store_preact)
-    else:
-        if _is_dtensor(a) or _is_dtensor(b):
-            from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
-        y, z = ops.gemm_act_op(a, b, bias, c, activation, float(alpha), float(beta),
-                               float(negative_slope), store_preact)
+    y, z = ops.gemm_act(a, b, bias, c, activation, float(alpha), float(beta), float(negative_slope),
+                        _stores_preact(a, b, bias, c, activation, return_preact))
     return (y, z) if return_preact else y
 
 
-def _is_dtensor(t):
-    # By name: torch.distributed may be absent from a build.
-    return type(t).__name__ == "DTensor"
-
-
 def _gemm_act_of_weight(x, weight, bias, activation, negative_slope):
-    """``gemm_act(x, weight.t(), bias, ...)`` for a module's weight [N, K]:
-    on the direct path in C++ (csrc/linear_node.h), where the transpose
-    costs the host a fraction of what Python's ``.t()`` does and, in
-    training, the backward is one node taking the weight itself."""
-    if not ops.direct_call(x, weight, activation):
+    """``gemm_act(x, weight.t(), bias, ...)`` for a module's weight [N, K]
+    (ops.gemm_act's b_is_weight: the transpose taken in C++, in training
+    one backward node taking the weight itself)."""
+    if torch.compiler.is_compiling():  # gemm_act's compiled road (rule compiles_as_eager)
         return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
-    return ops.linear_act_direct(x, weight, bias, activation, float(negative_slope))
+    store_preact = activation not in GRAD_FROM_OUTPUT and _needs_grad(x, weight, bias)
+    return ops.gemm_act(x, weight, bias, None, activation, 1.0, 0.0, float(negative_slope), store_preact, True)[0]
 
 
 def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, return_preact):
@@ -102,8 +90,8 @@ def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0
             return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and \
                 t.dtype != torch.float64 else t
         a, b, bias, c = (cast(t) for t in (a, b, bias, c))
-    return ops.explain_op(a, b, bias, c, activation, float(alpha), float(beta),
-                          float(negative_slope), store_preact)
+    return ops.explain(a, b, bias, c, activation, float(alpha), float(beta), float(negative_slope),
+                       store_preact)
 
 
 def linear_act(x, weight, bias=None, activation=GELU, negative_slope=0.01):
@@ -142,7 +130,7 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     # A slope no gate reads stays a constant: under torch.compile(dynamic=True)
     # Dynamo would make the default a symbolic float, guarded and recompiled.
     slope = float(negative_slope) if gate in USES_SLOPE else 0.01
-    y, h = ops.gemm_glu_op(a, b_gate, b_up, bias_gate, bias_up, gate, slope, bool(return_preact))
+    y, h = ops.gemm_glu(a, b_gate, b_up, bias_gate, bias_up, gate, slope, bool(return_preact))
     return (y, h) if return_preact else y
 
 

@@ -112,10 +112,10 @@ class _WithActivation(_Fused):
 
         In eager mode on CUDA, where the layer is host-bound
         (rule host_bound): there a step's time is the host's. ATen's
-        ops cost the host what eager's modules do; through the operator's
-        autograd function a training step took longer. Except in training,
-        for a LinearAct whose activation is differentiated from its output
-        (rule own_node): its own backward node (functional._gemm_act_of_weight)
+        ops cost the host what eager's modules do; through the operator a
+        training step took longer. Except in training, for a LinearAct whose
+        activation is differentiated from its output (rule own_node): the
+        operator's node taking the weight (functional._gemm_act_of_weight)
         has one node and four launches where eager's Linear and activation
         have three nodes and six. (Measured: docs/MEASUREMENTS.md, "Host-bound
         policy".)

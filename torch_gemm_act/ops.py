@@ -1,38 +1,65 @@
-"""The one door from Python into the operators: their torch.ops handles, the
-direct entries the same operators have for plain tensors (no torch.ops
-argument matching: host time), and the fake (meta) kernels. Their autograd is
-registered in C++ (csrc/autograd.cpp, csrc/gated_autograd.cpp,
-csrc/linear_node.cpp)."""
+"""The one door from Python into the operators: one entry per operator
+(gemm_act, gemm_act_chained, gemm_glu, explain), their torch.ops handles and
+fake (meta) kernels. Their autograd is registered in C++ (csrc/autograd.cpp,
+csrc/gated_autograd.cpp)."""
 
 import torch
 
 from . import _C  # loading it registers the operators
 from ._policy import PLAIN
 
-__all__ = []  # the operators' handles and fake kernels, for the package itself
-
-# The direct entries, for a call that direct_call allows: the same C++
-# operator as the torch.ops handle, entered without the dispatcher's argument
-# matching (linear_act: the layer's own autograd node, csrc/linear_node.h).
-gemm_act_direct = _C.gemm_act
-linear_act_direct = _C.linear_act
-gemm_act_chained_direct = _C.gemm_act_chained
+__all__ = []  # the package's own door
 
 
-def direct_call(a, b, activation):
-    """Whether an operator can be entered directly: on plain tensors, outside
+def _direct(a, b, activation):
+    """Whether an operator can be entered through _C, which calls it without
+    torch.ops' argument matching (host time): on plain tensors, outside
     torch.compile (which cannot trace into _C) and torch-function modes
     (which only torch.ops honours)."""
     return (type(a) in PLAIN and type(b) in PLAIN and type(activation) is str
             and not torch.compiler.is_compiling() and not torch._C._is_torch_function_mode_enabled())
 
 
-gemm_act_op = torch.ops.gemm_act.gemm_act.default
-activation_backward_op = torch.ops.gemm_act.activation_backward.default
-explain_op = torch.ops.gemm_act.explain.default
-gemm_dact_op = torch.ops.gemm_act.gemm_dact.default
-bias_grad_op = torch.ops.gemm_act.bias_grad.default
-gemm_act_chained_op = torch.ops.gemm_act.gemm_act_chained.default
+def _is_dtensor(t):
+    # By name: torch.distributed may be absent from a build.
+    return type(t).__name__ == "DTensor"
+
+
+def _register_dtensor(a, b):
+    if _is_dtensor(a) or _is_dtensor(b):
+        from . import dtensor  # noqa: F401  (its sharding strategies, registered on first use)
+
+
+def gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, b_is_weight=False):
+    """(Y, Z) of the gemm_act operator. With ``b_is_weight``, b is a module's
+    weight [N, K] and the operand its transpose, taken in C++ on the direct
+    path, where in training the backward node takes the weight itself as
+    its edge (csrc/autograd.h)."""
+    if _direct(a, b, activation):
+        return _C.gemm_act(a, b, bias, c, activation, alpha, beta, negative_slope, store_preact, b_is_weight)
+    _register_dtensor(a, b)
+    return _GEMM_ACT(a, b.t() if b_is_weight else b, bias, c, activation, alpha, beta, negative_slope,
+                       store_preact)
+
+
+def gemm_act_chained(a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, beta,
+                     negative_slope, store_preact, z_feeds_chain, b_is_weight=False):
+    """(Y, Z) of the gemm_act_chained operator (schema.cpp); b_is_weight as
+    for gemm_act."""
+    args = (a, a_preact, a_bias, a_activation, a_negative_slope, b, bias, c, activation, alpha, beta,
+            negative_slope, store_preact, z_feeds_chain)
+    if _direct(a, b, activation):
+        return _C.gemm_act_chained(*args, b_is_weight)
+    _register_dtensor(a, b)
+    if b_is_weight:
+        args = args[:5] + (b.t(),) + args[6:]
+    return _GEMM_ACT_CHAINED(*args)
+
+
+_GEMM_ACT = torch.ops.gemm_act.gemm_act.default
+_GEMM_ACT_CHAINED = torch.ops.gemm_act.gemm_act_chained.default
+explain = torch.ops.gemm_act.explain.default
+gemm_glu = torch.ops.gemm_act.gemm_glu.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")
@@ -88,10 +115,6 @@ def _gemm_act_chained_fake(a, a_preact, a_bias, a_activation, a_negative_slope, 
 @torch.library.register_fake("gemm_act::bias_grad")
 def _bias_grad_fake(grad, bias):
     return grad.new_empty(bias.shape)
-
-
-glu_op = torch.ops.gemm_act.glu.default
-gemm_glu_op = torch.ops.gemm_act.gemm_glu.default
 
 
 def _glu_out_shape(h, name):
