@@ -54,13 +54,18 @@ grep -E 'Function properties|spill|stack' "$OUT/build.log" | sort | uniq -c | so
 rm -f "$OUT/sass.txt"
 fi
 
+# The CUDA backends this build holds, in the rule's order (the one list, C++'s).
+BUILT_BACKENDS=$(python3 -c "import torch_gemm_act.testing as t; print(' '.join(t.cuda_backends()))")
+echo "CUDA backends built: $BUILT_BACKENDS"
+
 if want tests; then
 # The CUDA suite once per CUDA backend: "rule" lets the dispatch rule decide;
 # any other name starts the rule at that backend (TORCH_GEMM_ACT_BACKEND):
 # forced, sm90 takes the small problems the rule leaves to the library.
 # The CPU tests are CI's; the sanitizer sweep is its own step.
 PYTEST_K="${PYTEST_K:-cuda and not memcheck and not racecheck}"
-for backend in ${TEST_BACKENDS:-rule sm90 sm80 library}; do
+# SIMT, fuzzed below, is too slow for the whole suite.
+for backend in ${TEST_BACKENDS:-rule ${BUILT_BACKENDS/simt/}}; do
   step "tests, backend $backend ($PYTEST_K)"
   if [ "$backend" = rule ]; then unset TORCH_GEMM_ACT_BACKEND; else export TORCH_GEMM_ACT_BACKEND=$backend; fi
   python3 -m pytest -q tests -p no:cacheprovider --durations=8 -k "$PYTEST_K" 2>&1 \
@@ -83,7 +88,7 @@ fuzz() {  # fuzz ROUTE BACKEND CASES SEED LOG
   python3 tests/fuzz.py --route "$1" --backend "$2" --cases "$3" --seed "$4" \
     ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/$5.log" 2>&1 &
 }
-for backend in ${FUZZ_BACKENDS:-rule sm90 sm80 library simt}; do fuzz gemm_act "$backend" "$cases" "$seed" "gemm_act_$backend"; done
+for backend in ${FUZZ_BACKENDS:-rule $BUILT_BACKENDS}; do fuzz gemm_act "$backend" "$cases" "$seed" "gemm_act_$backend"; done
 for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d gemm_glu gated_linear_act compile}; do
   fuzz "$route" rule "$cases" "$seed" "$route"
 done
