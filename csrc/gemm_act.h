@@ -9,11 +9,11 @@
 
 namespace gemm_act {
 
-// Below this many multiply-adds (2^26, about 400^3) a GEMM whose operands
-// are not 16-byte aligned runs as it is: copying them into aligned buffers
-// (the sm90 forward's staging, the backward's padding for cuBLAS) costs
-// extra launches, a large share of so small a problem's time.
-constexpr int64_t kMinMultiplyAddsToAlign = int64_t{1} << 26;
+// Which calls copy unaligned operands into aligned buffers (the sm90
+// forward's staging, the backward's padding for cuBLAS) is rule `align` of
+// the rules table (torch_gemm_act/_rules.py): below its size the extra
+// launches would cost a large share of so small a problem's time.
+//
 
 // The activations, one row each: enumerator, public name (the API's string),
 // whether act'(z) is computed from Y (then Z is never written for the

@@ -113,15 +113,6 @@ PyObject* kernels(PyObject*, PyObject*) {
 #endif
 }
 
-// The fewest rows at which gemm_glu runs a fused kernel under the rule;
-// None where this build has none.
-PyObject* fused_glu_min_rows(PyObject*, PyObject*) {
-#ifdef GEMM_ACT_WITH_CUDA
-  if (const std::optional<int64_t> rows = gemm_act::fused_glu_min_rows()) return PyLong_FromLongLong(*rows);
-#endif
-  Py_RETURN_NONE;
-}
-
 PyObject* set_testing_overrides(PyObject*, PyObject* args) {
   const char* backend = nullptr;
   const char* sm90_kernel = nullptr;
@@ -235,8 +226,6 @@ PyMethodDef kMethods[] = {
     {"cuda_arch_list", cuda_arch_list, METH_NOARGS, "the TORCH_CUDA_ARCH_LIST of this build"},
     {"kernels", kernels, METH_NOARGS,
      "((family, name, dtype, b_layout, stores_z), ...) compiled in this build"},
-    {"fused_glu_min_rows", fused_glu_min_rows, METH_NOARGS,
-     "the fewest rows at which gemm_glu runs a fused kernel under the rule; None without one"},
     {"set_testing_overrides", set_testing_overrides, METH_VARARGS,
      "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel, sm90_swizzle); "
      "see torch_gemm_act.testing"},

@@ -66,7 +66,8 @@ def _library(got, plan, rule, hopper):
     head, _, declined = got.partition(" | ")
     assert head == plan, got
     if hopper:
-        assert declined.startswith(f"sm90 declined: {rule}"), got
+        # The rule's name and text, as the rules table declares them.
+        assert declined.startswith(f"sm90 declined: {rule} ({tga._rules.says(rule)})"), got
     elif "sm90" in tga.testing.cuda_backends():
         assert declined.startswith("sm90 declined: "), got
 

@@ -48,8 +48,8 @@ def _has_sm80():
 
 
 # The depth from which the rule leaves a gemm_glu that keeps H (training) to
-# the composite (kMinComposedPreactK, sm90_gemm_act.cpp).
-COMPOSED_PREACT_K = 4096
+# the composite (rule glu_preact_k).
+COMPOSED_PREACT_K = tga._rules.NUMBERS["MIN_COMPOSED_PREACT_K"]
 
 
 def _fused_expected(stores_h=False, k=0):

@@ -37,3 +37,31 @@ def test_links_only_where_the_derivative_needs_z():
     assert {a for a in tga.ACTIVATIONS if _policy.links(a)} == {"gelu", "gelu_tanh", "silu"}
     x = torch.randn(2, 3)
     assert _policy.chains(x, "relu")  # on the CPU every linked layer chains (the numerics are tested there)
+
+
+def test_the_rules_table_declares_each_number_once():
+    """Every rule has a place and a text whose braces name declared numbers;
+    each number is an integer declared by one rule; the predicates' module
+    lists exactly the Python-side rules."""
+    from torch_gemm_act import _rules
+    places = {"python", "both", "sm90", "cuda"}
+    for name, (where, text, numbers) in _rules.RULES.items():
+        assert where in places and isinstance(text, str), name
+        assert all(isinstance(v, int) and not isinstance(v, bool) for v in numbers.values()), name
+        assert "{" not in _rules.says(name), name
+    counted = sum(len(numbers) for _, _, numbers in _rules.RULES.values())
+    assert len(_rules.NUMBERS) == counted
+    assert set(_policy.RULES) == {n for n, (w, _, _) in _rules.RULES.items() if w in ("python", "both")}
+    assert _policy.HOST_BOUND_MULTIPLY_ADDS == 1 << _rules.NUMBERS["HOST_BOUND_MULTIPLY_ADDS_LOG2"]
+
+
+def test_the_cpp_header_carries_every_number_and_text():
+    from torch_gemm_act import _rules
+    header = _rules.cpp_header()
+    for name, (where, _, numbers) in _rules.RULES.items():
+        if where == "python":
+            assert f"// {name}:" not in header, name
+            continue
+        assert f'constexpr const char* {_rules.cpp_name(name)}Says = "{_rules.says(name)}";' in header, name
+        for key, value in numbers.items():
+            assert f"constexpr int64_t {_rules.cpp_name(key)} = {value};" in header, key

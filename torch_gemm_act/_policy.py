@@ -1,42 +1,25 @@
-"""Which road a call takes: every rule the Python side applies before the
-extension picks a kernel, each named once here. The kernel choice is the
-extension's (csrc/cuda/register_cuda.cpp; sm90's rule table in
-csrc/cuda/sm90/sm90_gemm_act.cpp), and ``explain()`` names the rule that
-fired there. Each rule's measurement is in docs/MEASUREMENTS.md, under the
-topic ``RULES`` gives."""
+"""Which road a call takes: the predicates of the Python side's rules,
+applied before the extension picks a kernel. Every rule, this side's and
+the extension's, is named, described and given its numbers once, in the
+rules table (_rules.py); ``explain()`` names the rule that fired. Each
+rule's measurement is in docs/MEASUREMENTS.md, under its name."""
 
 import torch
 
 from . import _C
+from ._rules import NUMBERS, RULES as _TABLE, says as _says
 from .activations import GRAD_FROM_OUTPUT, IDENTITY
 
-# The rules, by name: what each decides, and where its measurement is.
-RULES = {
-    "host_bound": "a fused module's layer below HOST_BOUND_MULTIPLY_ADDS on CUDA, in eager mode, runs "
-                  "ATen's ops (MEASUREMENTS.md, 'Host-bound policy')",
-    "own_node": "except, in training, a LinearAct whose activation is differentiated from Y "
-                "(NODE_ACTIVATIONS): the operator, its one node taking the weight (MEASUREMENTS.md, "
-                "'Host-bound policy')",
-    "cpu_atens": "on the CPU the fused modules run ATen's ops, eager or compiled (MEASUREMENTS.md, 'CPU policy')",
-    "compiles_as_eager": "under torch.compile, exact fp32/fp64 and relu-family training take eager's formula "
-                         "(MEASUREMENTS.md, 'Compiled policy')",
-    "compiles_to_glu": "under torch.compile, gemm_glu only in inference where its fused kernel runs, from "
-                       "FUSED_GLU_MIN_ROWS rows (MEASUREMENTS.md, 'Compiled policy')",
-    "hopper_fused": "gemm_glu and gemm_dact are fused kernels on compute capability 9.0 in fp16/bf16 only",
-    "links": "fuse_linear_act links a layer to the next Linear only where act' needs Z "
-             "(MEASUREMENTS.md, 'Links and chains')",
-    "chains": "a linked layer chains on CUDA where gemm_dact is the fused kernel (hopper_fused); "
-              "on the CPU always",
-    "chain_pays": "a chained layer publishes Z in training, on plain tensors, where it is not host_bound",
-}
+# This side's rules, by name: what each decides.
+RULES = {name: _says(name) for name, (where, _, _) in _TABLE.items() if where in ("python", "both")}
 
 # host_bound: below about this many multiply-adds a layer's GEMM takes less
 # time than the host spends on the call.
-HOST_BOUND_MULTIPLY_ADDS = 1 << 30
+HOST_BOUND_MULTIPLY_ADDS = 1 << NUMBERS["HOST_BOUND_MULTIPLY_ADDS_LOG2"]
 
-# compiles_to_glu: the C++ rule's bound (glu_rows); None where the build has
-# no fused gated kernel.
-FUSED_GLU_MIN_ROWS = _C.fused_glu_min_rows()
+# compiles_to_glu: rule glu_rows's bound; None where the build has no fused
+# gated kernel (no sm90 family).
+FUSED_GLU_MIN_ROWS = NUMBERS["MIN_GLU_ROWS"] if "sm90" in _C.cuda_backends() else None
 
 # own_node: the activations a host-bound layer in training runs through the
 # operator's node, those differentiated from Y.
@@ -94,21 +77,22 @@ def runs_atens_ops(x, n):
     return x.is_cpu
 
 
-# Whether each CUDA device runs the sm90 family (compute capability 9.0).
+# Whether each CUDA device runs the sm90 family (rule hopper_fused).
 _HOPPER = {}
 
 
 def hopper_fused(x):
     """Rule hopper_fused: whether the operators fuse on x's GPU what no
     library call does: gemm_glu's fused kernel and gemm_dact's, fp16/bf16 on
-    compute capability 9.0. Elsewhere both are cuBLAS GEMMs and a pass,
+    sm_90. Elsewhere both are cuBLAS GEMMs and a pass,
     which saves neither a chain nor compiled code anything."""
     if not (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
         return False
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     fused = _HOPPER.get(index)
     if fused is None:
-        fused = _HOPPER[index] = torch.cuda.get_device_capability(index) == (9, 0)
+        major, minor = torch.cuda.get_device_capability(index)
+        fused = _HOPPER[index] = major * 10 + minor == NUMBERS["SM90_CAPABILITY"]
     return fused
 
 

@@ -65,7 +65,7 @@ def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0
     description (backend, kernel configuration), computing nothing; after
     " | ", the rule of each backend before it that declined the case, by the
     name docs/MEASUREMENTS.md measures it under (e.g. ``sm90 declined:
-    few_rows (129 to 768 rows)``).
+    few_rows (more than 128 and at most 768 rows)``).
 
     ``explain(layer, x)``, with a LinearAct or Conv1DAct: what ``layer(x)``
     would run in eager mode, and the rule of torch_gemm_act._policy that

@@ -39,11 +39,6 @@ std::vector<std::string> cuda_forward_backends();
 // Every kernel configuration this build compiled, family by family.
 std::vector<KernelInfo> compiled_kernels();
 
-// The fewest rows at which gemm_glu runs a fused kernel under the rule
-// (sm90's, on compute capability 9.0); nothing where this build has none.
-// Compiled code takes gemm_glu only from there (functional._compiles_to_glu).
-std::optional<int64_t> fused_glu_min_rows();
-
 // The backward's elementwise pass (backward/activation_backward.cpp).
 void activation_backward_cuda(const ActivationBackwardArgs& args);
 

@@ -224,14 +224,6 @@ std::vector<std::string> cuda_forward_backends() {
   return names;
 }
 
-std::optional<int64_t> fused_glu_min_rows() {
-#ifdef GEMM_ACT_WITH_SM90
-  return sm90::kMinGluRows;
-#else
-  return std::nullopt;
-#endif
-}
-
 std::vector<KernelInfo> compiled_kernels() {
   std::vector<KernelInfo> out;
 #ifdef GEMM_ACT_WITH_SM90

@@ -43,7 +43,7 @@ constexpr bool kWholeFamily = true;
 #endif
 
 struct DeviceInfo {
-  bool is_sm90 = false;  // exactly compute capability 9.0 (what an sm_90a cubin runs on), whole family built
+  bool is_sm90 = false;  // exactly sm_90 (what an sm_90a cubin runs on; rule hopper_fused), whole family built
   int sm_count = 0;
 };
 
@@ -59,7 +59,7 @@ const DeviceInfo& device_info(int device) {
       cudaGetLastError();
       return;
     }
-    info[device].is_sm90 = kWholeFamily && prop.major == 9 && prop.minor == 0;
+    info[device].is_sm90 = kWholeFamily && prop.major * 10 + prop.minor == rules::kSm90Capability;
     info[device].sm_count = prop.multiProcessorCount;
   });
   return info[device];
@@ -271,7 +271,7 @@ Sm90Case classify(const GemmActArgs& args) {
 std::optional<std::string> why_not(const GemmActArgs& args) {
   const Sm90Case c = classify(args);
   if (c.route != Route::kDecline) return std::nullopt;
-  return c.rule != nullptr ? std::string(c.rule->name) + " (" + c.rule->says() + ")" : std::string(c.declined);
+  return c.rule != nullptr ? std::string(c.rule->name) + " (" + c.rule->says + ")" : std::string(c.declined);
 }
 
 std::optional<std::string> plan(const GemmActArgs& args) {
@@ -350,14 +350,11 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   return true;
 }
 
-// glu_rows, glu_preact_k: the fused kernel from kMinGluRows rows, keeping H
-// only below kMinComposedPreactK; the composite (cuBLAS's two GEMMs into H,
-// then the gate's pass) elsewhere (docs/MEASUREMENTS.md, "sm90 dispatch
-// rules").
+// Rules glu_rows and glu_preact_k: the fused kernel, or the composite
+// (cuBLAS's two GEMMs into H, then the gate's pass).
 namespace {
-constexpr int64_t kMinComposedPreactK = 4096;
 bool fused_glu_pays(const GemmActParams& p, bool store_preact) {
-  return forced_here() || (p.m >= kMinGluRows && (!store_preact || p.k < kMinComposedPreactK));
+  return forced_here() || (p.m >= rules::kMinGluRows && (!store_preact || p.k < rules::kMinComposedPreactK));
 }
 }  // namespace
 

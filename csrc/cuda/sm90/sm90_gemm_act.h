@@ -33,19 +33,14 @@ bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream);
 // there too: reduced per tile in the kernel's epilogue, then added up.
 bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* column_sums = nullptr);
 
-// Below this many rows gemm_glu leaves the fused kernel for the composite,
-// whose GEMMs are cuBLAS's (rule glu_rows, docs/MEASUREMENTS.md). Under
-// torch.compile the Python side asks it too (fused_glu_min_rows).
-constexpr int64_t kMinGluRows = 2048;
-
 // gemm_glu's fused forward: (Y, H) with Y [M, N] = act(a @ b_gate +
 // bias_gate) * (a @ b_up + bias_up), a [M, K], b_gate and b_up [K, N]
 // (weights' transposes, K-major, one row stride), each bias [N] or none
 // (fused_glu_biases_fit, gated.h), and H [M, 2N] both projections side by
 // side where store_preact (else undefined), on the fused kernel when it can
 // (compute capability 9.0, fp16/bf16, N a multiple of 8, what TMA can
-// read) and the rule runs it there (from kMinGluRows rows; with H stored,
-// only at short K; any case when forced); nothing, having allocated
+// read) and the rule runs it there (rules glu_rows and glu_preact_k; any
+// case when forced); nothing, having allocated
 // nothing, otherwise.
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
