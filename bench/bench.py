@@ -152,7 +152,7 @@ def torch_act(name, negative_slope=0.01):
     """The activation's PyTorch twin (torch_gemm_act.activations), as its
     forward function: no module-call overhead in the eager contender."""
     import torch_gemm_act
-    return torch_gemm_act.activations.torch_module(name, negative_slope).forward
+    return torch_gemm_act.activations._torch_module(name, negative_slope).forward
 
 
 def make_eager(activation):

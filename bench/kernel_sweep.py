@@ -118,7 +118,7 @@ def measure(family, configs, rounds, rep, only=None):
         w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
         bias = torch.randn(n, device="cuda", dtype=dtype)
         z_ref = torch.nn.functional.linear(a.float(), w.float(), bias.float())
-        twin = tga.activations.torch_module(act)
+        twin = tga.activations._torch_module(act)
         y_ref = twin(z_ref)
 
         def run():

@@ -8,7 +8,7 @@ import random
 import torch
 
 import torch_gemm_act as tga
-from torch_gemm_act.activations import GATED, USES_SLOPE
+from torch_gemm_act.activations import GATED, _USES_SLOPE
 
 
 CUDA_BACKENDS = ("rule", "sm90", "sm80", "library", "simt")
@@ -133,7 +133,7 @@ def _problem(rng, device):
 
 def _activation(rng, p):
     p["act"] = rng.choice(tga.ACTIVATIONS)
-    p["slope"] = rng.choice((0.01, 0.2, 0.0)) if p["act"] in USES_SLOPE else 0.01
+    p["slope"] = rng.choice((0.01, 0.2, 0.0)) if p["act"] in _USES_SLOPE else 0.01
 
 
 def _special(rng, p, where):

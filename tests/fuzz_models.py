@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_gemm_act as tga
-from torch_gemm_act.activations import GATED, twin
+from torch_gemm_act.activations import GATED, _twin
 
 from fuzz_cases import COMPILE_MODELS, RELU_FAMILY, UNIT
 from fuzz_trials import Trial, _Gpt2Mlp, _comp, _dtype, _fused_everywhere, _mag, act64, build_gemm_act, build_linear
@@ -24,12 +24,12 @@ def build_mlp(case, data):
     kind = p["kind"]
     torch.manual_seed(case.data_seed % (2 ** 31))
     if kind == "sequential":
-        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), twin(act), nn.Linear(h, n, bias=p["bias"]))
+        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), _twin(act), nn.Linear(h, n, bias=p["bias"]))
     elif kind == "three":
-        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), twin(act), nn.Linear(h, h, bias=p["bias"]),
-                              twin(act2), nn.Linear(h, n, bias=p["bias"]))
+        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), _twin(act), nn.Linear(h, h, bias=p["bias"]),
+                              _twin(act2), nn.Linear(h, n, bias=p["bias"]))
     else:
-        model = _Gpt2Mlp(k, h, n, twin(act), p["dropout"])
+        model = _Gpt2Mlp(k, h, n, _twin(act), p["dropout"])
     model = model.to(device=dev, dtype=dtype)
     with torch.no_grad():
         for prm in model.parameters():
@@ -72,7 +72,7 @@ def build_mlp(case, data):
         return (y,), seen
 
     def theirs():
-        mods = [mod for mod in model.modules() if type(mod) in (type(twin(a)) for a in acts)]
+        mods = [mod for mod in model.modules() if type(mod) in (type(_twin(a)) for a in acts)]
         seen, hooks = capture(mods)
         # The unfused model with the fused model's parameters (the same tensors).
         params = dict(model.named_parameters())
@@ -180,9 +180,9 @@ def build_glu(case, data):
             return (tga.gated_linear_act(t["x"], t["wg"], t["wu"], t.get("bg"), t.get("bu"), gated),)
     else:
         if route == "gated_module":
-            model = _LlamaMlp(k, n, twin(gate_act), p["bias"])
+            model = _LlamaMlp(k, n, _twin(gate_act), p["bias"])
         else:
-            model = _GluMlp(k, n, twin(gate_act), p["gate_index"], p["bias"])
+            model = _GluMlp(k, n, _twin(gate_act), p["gate_index"], p["bias"])
         model = model.to(device=dev, dtype=dtype)
         with torch.no_grad():
             if route == "gated_module":
@@ -239,14 +239,14 @@ def build_glu(case, data):
         return outs, outs[0]
 
     def theirs():
-        outs = formula(inputs, lambda g, *_: twin(gate_act)(g))
+        outs = formula(inputs, lambda g, *_: _twin(gate_act)(g))
         return outs, outs[0]
 
     def theirs_alt():
         # As nn.Linear computes each projection (its bias in the GEMM's epilogue).
         w_g, w_u, b_g, b_u = weights(inputs)
         g, u = F.linear(inputs["x"], w_g, b_g), F.linear(inputs["x"], w_u, b_u)
-        y = twin(gate_act)(g) * u
+        y = _twin(gate_act)(g) * u
         outs = (y, torch.cat([g, u], -1)) if preact else (y,)
         return outs, outs[0]
 
@@ -281,7 +281,7 @@ def build_compile(case, data):
             if hasattr(config, name):
                 setattr(config, name, max(getattr(config, name), 1024))
         torch.manual_seed(p["model"])
-        base = nn.Sequential(nn.Linear(k, n, bias=has_bias), twin(act)).to(device=dev, dtype=dtype)
+        base = nn.Sequential(nn.Linear(k, n, bias=has_bias), _twin(act)).to(device=dev, dtype=dtype)
         tga.enable_compile_fusion(True)
         try:
             fused = torch.compile(copy.deepcopy(base), dynamic=True)

@@ -12,7 +12,7 @@ from torch import nn
 
 import torch_gemm_act as tga
 from torch_gemm_act import testing
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT, twin
+from torch_gemm_act.activations import _GRAD_FROM_OUTPUT, _twin
 
 from fuzz_cases import RELU_FAMILY, TIE_FACTOR, UNIT
 
@@ -95,14 +95,14 @@ class _TieAct(torch.autograd.Function):
     def forward(ctx, z, act, slope, tie, positive):
         ctx.save_for_backward(z, tie, positive)
         ctx.act, ctx.slope = act, slope
-        return twin(act, slope)(z)
+        return _twin(act, slope)(z)
 
     @staticmethod
     def backward(ctx, g):
         z, tie, positive = ctx.saved_tensors
         with torch.enable_grad():
             zz = z.detach().requires_grad_()
-            (d,) = torch.autograd.grad(twin(ctx.act, ctx.slope)(zz), zz, g)
+            (d,) = torch.autograd.grad(_twin(ctx.act, ctx.slope)(zz), zz, g)
         if tie is not None:
             low = g * (0.0 if ctx.act == "relu" else ctx.slope)
             d = torch.where(tie, torch.where(positive, g, low), d)
@@ -114,7 +114,7 @@ def act64(z, mag, act, slope, hint, unit):
     mag the sum of the magnitudes z adds up) take the side of `hint` (the
     road's output of this activation, or a tensor of its sign)."""
     if act not in RELU_FAMILY or hint is None:
-        return twin(act, slope)(z)
+        return _twin(act, slope)(z)
     tie = z.detach().abs() <= TIE_FACTOR * unit * mag
     positive = (hint.detach() > 0).reshape(z.shape)
     return _TieAct.apply(z, act, slope, tie, positive)
@@ -234,7 +234,7 @@ def build_gemm_act(case, data):
     def ours():
         t = inputs
         if p["entry"] == "torch_ops":
-            store = preact or (act not in GRAD_FROM_OUTPUT and bool(p["grads"]))
+            store = preact or (act not in _GRAD_FROM_OUTPUT and bool(p["grads"]))
             y, z = torch.ops.gemm_act.gemm_act(t["a"], t["b"], t.get("bias"), t.get("c"), act, alpha, beta,
                                                slope, store)
             outs = (y, z) if preact else (y,)
@@ -257,7 +257,7 @@ def build_gemm_act(case, data):
         return (y.reshape(out_shape), z.reshape(out_shape)) if preact else (y.reshape(out_shape),)
 
     def theirs():
-        outs = composite(inputs, lambda z, t: twin(act, slope)(z))
+        outs = composite(inputs, lambda z, t: _twin(act, slope)(z))
         return outs, outs[0]
 
     def theirs_alt():
@@ -269,7 +269,7 @@ def build_gemm_act(case, data):
         if "bias" in t:
             addend = addend + _bias_view(t["bias"], kind, m, n)
         z = torch.addmm(addend.expand(m, n), t["a"].reshape(m, k), t["b"], alpha=alpha)
-        y = twin(act, slope)(z)
+        y = _twin(act, slope)(z)
         outs = (y.reshape(out_shape), z.reshape(out_shape)) if preact else (y.reshape(out_shape),)
         return outs, outs[0]
 
@@ -361,13 +361,13 @@ def build_linear(case, data):
         if conv:  # Conv1D's own formula
             x2 = inputs["x"].reshape(m, k)
             z = torch.addmm(inputs["bias"], x2, inputs["weight"]) if "bias" in inputs else x2 @ inputs["weight"]
-            outs = (twin(act, slope)(z).reshape(*lead, n),)
+            outs = (_twin(act, slope)(z).reshape(*lead, n),)
         else:
-            outs = (twin(act, slope)(F.linear(inputs["x"], inputs["weight"], inputs.get("bias"))),)
+            outs = (_twin(act, slope)(F.linear(inputs["x"], inputs["weight"], inputs.get("bias"))),)
         return outs, outs[0]
 
     def theirs_alt():
-        outs = formula(inputs, lambda z, x2, wt: twin(act, slope)(z))
+        outs = formula(inputs, lambda z, x2, wt: _twin(act, slope)(z))
         return outs, outs[0]
 
     def ref(t64, hint):

@@ -10,7 +10,7 @@ ACTIVATIONS = torch_gemm_act.ACTIVATIONS
 
 def torch_twin(activation, negative_slope=0.01):
     """The PyTorch module each activation reproduces (nn.Identity for none)."""
-    return torch_gemm_act.activations.torch_module(activation, negative_slope)
+    return torch_gemm_act.activations._torch_module(activation, negative_slope)
 
 
 # Tolerances per dtype (rtol, atol) for outputs of order one.

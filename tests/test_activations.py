@@ -30,7 +30,7 @@ def test_forward_matches_torch_module(activation, dtype, device):
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
 def test_derivative_matches_torch_autograd(activation, dtype, device):
-    from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+    from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
 
     z = _inputs(dtype, device)
     z64 = z.double().requires_grad_()
@@ -38,7 +38,7 @@ def test_derivative_matches_torch_autograd(activation, dtype, device):
     grad_y = torch.randn_like(z64)
     (expected,) = torch.autograd.grad(y64, z64, grad_y)
     # The backward op takes Y or Z, as the forward saves it.
-    saved = apply_activation(z, activation, 0.2) if activation in GRAD_FROM_OUTPUT else z
+    saved = apply_activation(z, activation, 0.2) if activation in _GRAD_FROM_OUTPUT else z
     grad_z, grad_bias = torch.ops.gemm_act.activation_backward(
         grad_y.to(dtype), saved, None, activation, 0.2)
     assert grad_bias.numel() == 0
@@ -51,12 +51,12 @@ def test_derivative_matches_torch_autograd(activation, dtype, device):
     assert_close(grad_z, expected, dtype)
 
 
-@pytest.mark.parametrize("activation", sorted(torch_gemm_act.activations.GRAD_FROM_OUTPUT - {"none"}))
+@pytest.mark.parametrize("activation", sorted(torch_gemm_act.activations._GRAD_FROM_OUTPUT - {"none"}))
 def test_in_place_op_computes_and_differentiates_as_the_twin(activation, device):
     """The fused modules' unfused path applies these in place to a fresh
     GEMM result: same values, and autograd's gradient through the layer,
     as the twin module out of place."""
-    op = torch_gemm_act.activations.in_place_op(activation)
+    op = torch_gemm_act.activations._in_place_op(activation)
     x = _inputs(torch.float64, device).nan_to_num(0.0, 50.0, -50.0).requires_grad_()
     w = torch.randn(16, 16, dtype=torch.float64, device=device, requires_grad=True)
     y = op(x @ w, 0.2)
@@ -70,10 +70,10 @@ def test_in_place_op_computes_and_differentiates_as_the_twin(activation, device)
 
 
 def test_no_in_place_op_for_activations_differentiated_from_their_input():
-    from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+    from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
     for activation in ACTIVATIONS:
-        has_op = torch_gemm_act.activations.in_place_op(activation) is not None
-        assert has_op == (activation in GRAD_FROM_OUTPUT and activation != "none"), activation
+        has_op = torch_gemm_act.activations._in_place_op(activation) is not None
+        assert has_op == (activation in _GRAD_FROM_OUTPUT and activation != "none"), activation
 
 
 def _assert_rounded_correctly(ours, exact, z, dtype):
@@ -192,23 +192,23 @@ def test_exponential_activations_accuracy(activation, dtype, device):
 
 
 def test_captured_calls_are_read_from_the_activation_table():
-    from torch_gemm_act.activations import _PYTORCH, from_call
+    from torch_gemm_act.activations import _PYTORCH, _from_call
     F = torch.nn.functional
-    assert from_call(torch.relu, (), {}) == ("relu", 0.01)
-    assert from_call("relu", (), {}) == ("relu", 0.01)
-    assert from_call(F.gelu, (), {}) == ("gelu", 0.01)
-    assert from_call(F.gelu, (), {"approximate": "tanh"}) == ("gelu_tanh", 0.01)
-    assert from_call(F.gelu, ("tanh",), {}) == ("gelu_tanh", 0.01)
-    assert from_call(F.leaky_relu, (0.2,), {}) == ("leaky_relu", 0.2)
-    assert from_call(F.leaky_relu, (), {"negative_slope": 0.3, "inplace": False}) == ("leaky_relu", 0.3)
-    assert from_call(F.silu, (), {"inplace": False}) == ("silu", 0.01)
+    assert _from_call(torch.relu, (), {}) == ("relu", 0.01)
+    assert _from_call("relu", (), {}) == ("relu", 0.01)
+    assert _from_call(F.gelu, (), {}) == ("gelu", 0.01)
+    assert _from_call(F.gelu, (), {"approximate": "tanh"}) == ("gelu_tanh", 0.01)
+    assert _from_call(F.gelu, ("tanh",), {}) == ("gelu_tanh", 0.01)
+    assert _from_call(F.leaky_relu, (0.2,), {}) == ("leaky_relu", 0.2)
+    assert _from_call(F.leaky_relu, (), {"negative_slope": 0.3, "inplace": False}) == ("leaky_relu", 0.3)
+    assert _from_call(F.silu, (), {"inplace": False}) == ("silu", 0.01)
     # In place, an unknown argument or form, a slope the operator refuses, a non-activation: none.
-    assert from_call(F.relu, (True,), {}) is None
-    assert from_call(F.silu, (), {"inplace": True}) is None
-    assert from_call(F.gelu, (), {"approximate": "erf"}) is None
-    assert from_call(F.gelu, (), {"other": 1}) is None
-    assert from_call(F.leaky_relu, (-1.0,), {}) is None
-    assert from_call(torch.add, (), {}) is None
+    assert _from_call(F.relu, (True,), {}) is None
+    assert _from_call(F.silu, (), {"inplace": True}) is None
+    assert _from_call(F.gelu, (), {"approximate": "erf"}) is None
+    assert _from_call(F.gelu, (), {"other": 1}) is None
+    assert _from_call(F.leaky_relu, (-1.0,), {}) is None
+    assert _from_call(torch.add, (), {}) is None
     # Every call a row lists computes that row's twin.
     x = torch.randn(64, dtype=torch.float64)
     for name, form in _PYTORCH.items():

@@ -8,7 +8,7 @@ import torch_gemm_act as tga
 from conftest import OpNames
 from reference import (ACTIVATIONS, BIAS_KINDS, assert_close, linear_act_eager, make_bias,
                        random_operands, torch_twin)
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
@@ -233,7 +233,7 @@ def test_z_written_only_when_backward_needs_it(activation, device):
         with torch.no_grad():
             tga.linear_act(x, w, None, activation)
         tga.linear_act(x, w.detach(), None, activation)
-    assert rec.flags == [activation not in GRAD_FROM_OUTPUT, False, False]
+    assert rec.flags == [activation not in _GRAD_FROM_OUTPUT, False, False]
 
 
 @pytest.mark.parametrize("bias_kind", ["scalar", "column", "row"])

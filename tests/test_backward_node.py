@@ -39,7 +39,7 @@ def operands(device, dtype=torch.float64, shape=(6, 10), n=7, bias=True):
 
 def through_operator(x, w, b, activation, slope=0.05):
     return torch.ops.gemm_act.gemm_act(x, w.t(), b, None, activation, 1.0, 0.0, slope,
-                                       activation not in tga.activations.GRAD_FROM_OUTPUT)[0]
+                                       activation not in tga.activations._GRAD_FROM_OUTPUT)[0]
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)

@@ -7,8 +7,8 @@ import torch
 import torch_gemm_act as tga
 from conftest import requires_cuda, takes_a_preact
 from reference import ACTIVATIONS, BIAS_KINDS, TOL, assert_close, make_bias, torch_twin
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT
-from torch_gemm_act.chain import ChainLink, chained_gemm, linear_act_linear
+from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
+from torch_gemm_act.chain import _ChainLink, _chained_gemm, linear_act_linear
 
 # The operators through the modules at every size and on the CPU (conftest.py).
 pytestmark = pytest.mark.operator_everywhere
@@ -26,7 +26,7 @@ def _derivative64(z, activation, negative_slope=0.01):
 
 def _saved(z, activation, negative_slope=0.01):
     """What the layer before kept for act': Y (rounded like z) or Z."""
-    if activation in GRAD_FROM_OUTPUT:
+    if activation in _GRAD_FROM_OUTPUT:
         return torch_twin(activation, negative_slope)(z.double()).to(z.dtype)
     return z
 
@@ -276,13 +276,13 @@ def test_chain_bias_gradients(use, device):
     x, w1, b1, w2, b2 = _mlp64(device, grads_wanted)
 
     def forward(chain):
-        link = ChainLink()
+        link = _ChainLink()
         if chain:
-            y1 = chained_gemm(x, w1.t(), b1, "gelu", 0.01, link_out=link, any_size=True)
+            y1 = _chained_gemm(x, w1.t(), b1, "gelu", 0.01, link_out=link, any_size=True)
         else:
             y1 = torch.nn.functional.gelu(x @ w1.t() + b1)
         x2 = y1 * 1.0 if use == "not_taken" else y1
-        out = (chained_gemm(x2, w2.t(), b2, "none", 0.01, link_in=link) if chain else x2 @ w2.t() + b2)
+        out = (_chained_gemm(x2, w2.t(), b2, "none", 0.01, link_in=link) if chain else x2 @ w2.t() + b2)
         if use == "y1_elsewhere":
             out = out + y1.sum(-1, keepdim=True) * 0.5
         return out
@@ -328,7 +328,7 @@ def test_bias_grad_sums_to_the_bias_shape(bias_kind, dtype, shape, device):
 
 
 def test_direct_chained_call_matches_torch_ops(device):
-    """chained_gemm calls the chained operator through _C for plain tensors:
+    """_chained_gemm calls the chained operator through _C for plain tensors:
     the same operator as torch.ops', the same results and gradients; its
     arguments are checked as the operator's are."""
     x, w1, b1, w2, b2 = _mlp64(device, (True,) * 5)

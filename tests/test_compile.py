@@ -240,12 +240,12 @@ def test_compiled_layer_without_activation_is_linear_where_no_link_hands_it_z(gr
 
 
 def test_emptying_an_empty_chain_link_writes_nothing():
-    """Each write to a ChainLink under torch.compile is a side effect that
+    """Each write to a _ChainLink under torch.compile is a side effect that
     Dynamo replays after the graph on every call; a layer that finds its
     link empty leaves it alone."""
-    from torch_gemm_act.chain import ChainLink
+    from torch_gemm_act.chain import _ChainLink
 
-    class CountingLink(ChainLink):
+    class CountingLink(_ChainLink):
         __slots__ = ()
         writes = 0
 

@@ -109,13 +109,13 @@ def test_the_switch_turns_it_off_and_keeps_a_pass_set_before():
     torch._inductor.config.pre_grad_custom_pass = other
     try:
         tga.enable_compile_fusion()
-        assert compile_fusion.compile_fusion_enabled()
+        assert compile_fusion._compile_fusion_enabled()
         torch._dynamo.reset()
         torch.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), fullgraph=True)(torch.randn(2, 4))
         assert calls and torch._inductor.config.pre_grad_custom_pass.fused == 1
         tga.enable_compile_fusion(False)
         assert torch._inductor.config.pre_grad_custom_pass is other
-        assert not compile_fusion.compile_fusion_enabled()
+        assert not compile_fusion._compile_fusion_enabled()
     finally:
         torch._inductor.config.pre_grad_custom_pass = None
         torch._dynamo.reset()

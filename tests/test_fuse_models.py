@@ -13,7 +13,7 @@ from torch import nn
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
-from torch_gemm_act.activations import _FOREIGN, torch_module
+from torch_gemm_act.activations import _FOREIGN, _torch_module
 
 # The operators through the modules at every size and on the CPU (conftest.py).
 pytestmark = pytest.mark.operator_everywhere
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.operator_everywhere
 def test_each_foreign_activation_computes_ours(qualified):
     module_name, cls_name = qualified.rsplit(".", 1)
     foreign = getattr(importlib.import_module(module_name), cls_name)()
-    assert tga.activations.from_module(foreign) == (_FOREIGN[qualified], 0.01)
+    assert tga.activations._from_module(foreign) == (_FOREIGN[qualified], 0.01)
     x = torch.randn(4096, dtype=torch.float64) * 4
-    torch.testing.assert_close(foreign(x), torch_module(_FOREIGN[qualified])(x), rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(foreign(x), _torch_module(_FOREIGN[qualified])(x), rtol=1e-7, atol=1e-9)
 
 
 def _tiny_transformer(name):

@@ -11,18 +11,18 @@ from torch import nn
 import torch_gemm_act as tga
 from conftest import requires_cuda
 from reference import ACTIVATIONS, BIAS_KINDS, apply_activation, make_bias, torch_twin
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
 
 # The operators through the modules at every size and on the CPU (conftest.py).
 pytestmark = pytest.mark.operator_everywhere
 
-in_place_op = torch.ops.gemm_act.activation_backward_.default
+_in_place_op = torch.ops.gemm_act.activation_backward_.default
 out_of_place_op = torch.ops.gemm_act.activation_backward.default
 
 
 def _saved_and_grad(m, n, activation, dtype, device):
     z = torch.randn(m, n, dtype=dtype, device=device) * 3
-    saved = apply_activation(z, activation, 0.2) if activation in GRAD_FROM_OUTPUT else z
+    saved = apply_activation(z, activation, 0.2) if activation in _GRAD_FROM_OUTPUT else z
     return saved, torch.randn(m, n, dtype=dtype, device=device)
 
 
@@ -41,7 +41,7 @@ def test_in_place_matches_out_of_place(activation, bias_kind, dtype, shape, devi
     bias = make_bias(bias_kind, shape, dtype, device)
     dz, db = out_of_place_op(grad_y, saved, bias, activation, 0.2)
     g = grad_y.clone()
-    db_in_place = in_place_op(g, saved, bias, activation, 0.2)
+    db_in_place = _in_place_op(g, saved, bias, activation, 0.2)
     _same(g, dz)
     _same(db_in_place, db)
 
@@ -53,7 +53,7 @@ def test_in_place_on_a_strided_gradient(activation, device):
     g = grad_y.t().contiguous().t()  # column-major
     bias = torch.randn(24, device=device)
     dz, db = out_of_place_op(grad_y, saved, bias, activation, 0.01)
-    db_in_place = in_place_op(g, saved, bias, activation, 0.01)
+    db_in_place = _in_place_op(g, saved, bias, activation, 0.01)
     assert g.stride() == (1, 40)
     _same(g, dz)
     _same(db_in_place, db)
@@ -62,14 +62,14 @@ def test_in_place_on_a_strided_gradient(activation, device):
 def test_in_place_rejects_overlap(device):
     saved, grad_y = _saved_and_grad(8, 8, "silu", torch.float32, device)
     with pytest.raises(RuntimeError, match="single memory location"):
-        in_place_op(torch.randn(8, device=device).expand(8, 8), saved, None, "silu", 0.01)
+        _in_place_op(torch.randn(8, device=device).expand(8, 8), saved, None, "silu", 0.01)
     buffer = torch.randn(9, 8, device=device)
     with pytest.raises(RuntimeError, match="single memory location"):
-        in_place_op(buffer[:8], buffer[1:], None, "silu", 0.01)
+        _in_place_op(buffer[:8], buffer[1:], None, "silu", 0.01)
     # saved may be grad_y itself: each element is read before it is written.
     g = grad_y.clone()
     dz, _ = out_of_place_op(g, g, None, "silu", 0.01)
-    in_place_op(g, g, None, "silu", 0.01)
+    _in_place_op(g, g, None, "silu", 0.01)
     _same(g, dz)
 
 
@@ -77,7 +77,7 @@ def test_in_place_rejects_overlap(device):
 def test_opcheck_in_place(bias_kind, device):
     saved, grad_y = _saved_and_grad(6, 5, "silu", torch.float32, device)
     bias = make_bias(bias_kind, (6, 5), torch.float32, device)
-    torch.library.opcheck(in_place_op, (grad_y, saved, bias, "silu", 0.01))
+    torch.library.opcheck(_in_place_op, (grad_y, saved, bias, "silu", 0.01))
 
 
 def _ops_run(fn):

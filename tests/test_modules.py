@@ -8,7 +8,7 @@ from torch import nn
 import torch_gemm_act as tga
 from conftest import OpNames, requires_cuda, takes_a_preact
 from reference import assert_close
-from torch_gemm_act.activations import GRAD_FROM_OUTPUT
+from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
 
 # The operators through the modules at every size and on the CPU (conftest.py).
 pytestmark = pytest.mark.operator_everywhere
@@ -220,7 +220,7 @@ def test_unfused_layer_activates_in_place_only_plain_tensors(activation, subclas
 
     monkeypatch.setattr(tga.modules, "_runs_atens_ops", lambda x, n: True)
     fused = tga.LinearAct(8, 16, activation=activation, dtype=torch.float64)
-    twin = tga.activations.torch_module(activation)
+    twin = tga.activations._torch_module(activation)
     x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
     x_in = x.as_subclass(_Subclass) if subclass else x
     with Calls() as calls:
@@ -246,7 +246,7 @@ def test_layers_on_the_cpu_run_atens_ops(activation, module):
     k, n = 32, 48
     kwargs = {"activation": activation, "negative_slope": 0.2, "dtype": torch.float64}
     fused = tga.LinearAct(k, n, **kwargs) if module == "linear" else tga.Conv1DAct(n, k, **kwargs)
-    twin = tga.activations.torch_module(activation, 0.2)
+    twin = tga.activations._torch_module(activation, 0.2)
     weight = fused.weight if module == "linear" else fused.weight.t()
     x = torch.randn(3, 5, k, dtype=torch.float64, requires_grad=True)
     with torch.no_grad(), OpNames() as calls:
@@ -353,11 +353,11 @@ def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
     k, n = 256, 1024
     kwargs = {"activation": activation, "negative_slope": 0.2, "device": "cuda", "dtype": dtype}
     fused = tga.LinearAct(k, n, **kwargs) if module == "linear" else tga.Conv1DAct(n, k, **kwargs)
-    twin = tga.activations.torch_module(activation, 0.2)
+    twin = tga.activations._torch_module(activation, 0.2)
     params64 = [p.detach().double().requires_grad_() for p in (fused.weight, fused.bias)]
     weight64 = params64[0] if module == "linear" else params64[0].t()
     boundary = tga._policy.HOST_BOUND_MULTIPLY_ADDS // (k * n)
-    epilogue = tga.activations.addmm_epilogue(activation, dtype) is not None
+    epilogue = tga.activations._addmm_epilogue(activation, dtype) is not None
     for rows in (1, 64, boundary - 1, boundary, boundary + 64):
         x = torch.randn(rows, k, device="cuda", dtype=dtype, requires_grad=True)
         x64 = x.detach().double().requires_grad_()
@@ -372,7 +372,7 @@ def test_host_bound_layers_run_atens_ops_cuda(activation, dtype, module):
         assert any(name.startswith("gemm_act") for name in calls.names) == (not unfused), (rows, calls.names)
         assert_close(y, y64, dtype)
         y = fused(x)
-        node = unfused and module == "linear" and activation in GRAD_FROM_OUTPUT - {"none"}
+        node = unfused and module == "linear" and activation in _GRAD_FROM_OUTPUT - {"none"}
         through_operator = not unfused or node
         name = y.grad_fn.name()
         assert (name == "GemmActBackward") == through_operator, (rows, name)

@@ -28,7 +28,7 @@ def test_row_bias_of_an_nd_input_has_a_gradient(device, activation):
     (grad_bias,) = torch.autograd.grad(y, bias, g)
     z = (a.detach().double().reshape(9, 16) @ b.double() + bias.detach().double())
     z.requires_grad_()
-    act = tga.activations.twin(activation)
+    act = tga.activations._twin(activation)
     (dz,) = torch.autograd.grad(act(z), z, g.double().reshape(9, 8))
     assert grad_bias.shape == bias.shape
     assert _rel_err(grad_bias, dz.sum(1, keepdim=True)) < 1e-5
@@ -88,7 +88,7 @@ def test_nan_and_inf_propagate_as_pytorchs(device, activation):
         a[3, 5], a[7, 0], a[11, 39] = float("nan"), float("inf"), -float("inf")
         b = torch.randn(40, 24, device=device, dtype=dtype) / 8
         bias = torch.randn(24, device=device, dtype=dtype)
-        twin = tga.activations.twin(activation)
+        twin = tga.activations._twin(activation)
         expected = twin(torch.addmm(bias, a, b))
         for backend in _backends(device):
             with tga.testing.override(cuda_backend=backend) if device == "cuda" else contextlib.nullcontext():

@@ -18,24 +18,24 @@ def test_activation_table_matches_the_python_side():
     from torch_gemm_act import activations
 
     assert tga.ACTIVATIONS == activations.ACTIVATIONS and len(set(tga.ACTIVATIONS)) == len(tga.ACTIVATIONS)
-    assert activations.GRAD_FROM_OUTPUT < set(tga.ACTIVATIONS)
-    assert activations.USES_SLOPE <= activations.GRAD_FROM_OUTPUT
+    assert activations._GRAD_FROM_OUTPUT < set(tga.ACTIVATIONS)
+    assert activations._USES_SLOPE <= activations._GRAD_FROM_OUTPUT
     for name in tga.ACTIVATIONS:
-        module = activations.torch_module(name, 0.3)
+        module = activations._torch_module(name, 0.3)
         assert isinstance(module, nn.Module)
         # Every twin but the identity is recognised as what it is.
-        expected = None if isinstance(module, nn.Identity) else (name, 0.3 if name in activations.USES_SLOPE else 0.01)
-        assert activations.from_module(module) == expected
+        expected = None if isinstance(module, nn.Identity) else (name, 0.3 if name in activations._USES_SLOPE else 0.01)
+        assert activations._from_module(module) == expected
 
 
 def test_check_activation_raises_as_the_operator_does():
     from torch_gemm_act import activations
 
     with pytest.raises(ValueError, match=r"unknown activation 'swish'; expected one of: none, relu"):
-        activations.check_activation("swish")
-    for name in activations.USES_SLOPE:
+        activations._check_activation("swish")
+    for name in activations._USES_SLOPE:
         with pytest.raises(ValueError, match=r"needs negative_slope >= 0, got -0.5"):
-            activations.check_activation(name, -0.5)
+            activations._check_activation(name, -0.5)
         with pytest.raises(ValueError, match=r"needs negative_slope >= 0, got -0.5"):
             tga.gemm_act(torch.randn(2, 3), torch.randn(3, 4), activation=name, negative_slope=-0.5)
 

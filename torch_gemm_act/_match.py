@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.fx
 
-from .activations import GATED_BY_GATE
+from .activations import _GATED_BY_GATE
 
 __all__ = []
 
@@ -92,7 +92,7 @@ def gated_up(p, reader):
     only by its product with ``up(x)``: the activation one with a gated form,
     both GEMMs gatable, on the same x, with weights of one shape, up called
     once and its output used by that product alone; else None."""
-    if p.activation not in GATED_BY_GATE or not p.gemm.gatable or p.gemm.x is None:
+    if p.activation not in _GATED_BY_GATE or not p.gemm.gatable or p.gemm.x is None:
         return None
     up_node = _other_factor(p.act_node)
     if not isinstance(up_node, torch.fx.Node) or up_node is p.gemm.node:
@@ -110,7 +110,7 @@ def packed_glu(act_node, reader):
     multiplies the other, nothing else using either half or the GEMM's
     output, the GEMM and the activation called once; else None."""
     act = reader.activation(act_node)
-    if not isinstance(act, tuple) or act[0] not in GATED_BY_GATE or not reader.called_once(act_node):
+    if not isinstance(act, tuple) or act[0] not in _GATED_BY_GATE or not reader.called_once(act_node):
         return None
     gate_half = act_node.args[0]
     if not (isinstance(gate_half, torch.fx.Node) and gate_half.op == "call_function"
@@ -132,7 +132,7 @@ def packed_glu(act_node, reader):
             and up_half.target is operator.getitem and up_half.args == (split, 1 - gate_index)
             and len(up_half.users) == 1):
         return None
-    return gemm, gate_index, GATED_BY_GATE[act[0]]
+    return gemm, gate_index, _GATED_BY_GATE[act[0]]
 
 
 def _sole_call(node, reader):

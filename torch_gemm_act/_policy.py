@@ -8,7 +8,7 @@ import torch
 
 from . import _C
 from ._rules import NUMBERS, RULES as _TABLE, says as _says
-from .activations import GRAD_FROM_OUTPUT, IDENTITY
+from .activations import _GRAD_FROM_OUTPUT, IDENTITY
 
 # This side's rules, by name: what each decides.
 RULES = {name: _says(name) for name, (where, _, _) in _TABLE.items() if where in ("python", "both")}
@@ -23,7 +23,7 @@ FUSED_GLU_MIN_ROWS = NUMBERS["MIN_GLU_ROWS"] if "sm90" in _C.cuda_backends() els
 
 # own_node: the activations a host-bound layer in training runs through the
 # operator's node, those differentiated from Y.
-NODE_ACTIVATIONS = GRAD_FROM_OUTPUT - {IDENTITY}
+NODE_ACTIVATIONS = _GRAD_FROM_OUTPUT - {IDENTITY}
 
 # Operands the direct call takes: tensors that are no subclass with a
 # __torch_function__ of its own (nn.Parameter's is disabled).
@@ -111,7 +111,7 @@ def compiles_as_eager(a, activation=None, needs_grad=False):
     # PyTorch's TF32 switch read directly: traced, torch.backends.cuda.matmul's
     # Python __getattr__ adds guards evaluated in Python on every call.
     exact = a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
-    return exact or (needs_grad and activation in GRAD_FROM_OUTPUT)
+    return exact or (needs_grad and activation in _GRAD_FROM_OUTPUT)
 
 
 def compiles_to_glu(a, needs_grad):
@@ -133,7 +133,7 @@ def links(activation):
     `activation` to the Linear its output feeds: where act' needs Z. One
     taking it from Y never chains on CUDA, and the link would only make that
     Linear a fused module, with its host time and guards."""
-    return activation not in GRAD_FROM_OUTPUT
+    return activation not in _GRAD_FROM_OUTPUT
 
 
 def chains(x, activation):

@@ -22,10 +22,10 @@ ACTIVATIONS = tuple(name for name, _, _ in _TABLE)
 
 # act'(z) is a function of y = act(z) for these: the backward uses Y and Z is
 # never written.
-GRAD_FROM_OUTPUT = frozenset(name for name, from_y, _ in _TABLE if from_y)
+_GRAD_FROM_OUTPUT = frozenset(name for name, from_y, _ in _TABLE if from_y)
 
 # These read negative_slope.
-USES_SLOPE = frozenset(name for name, _, slope in _TABLE if slope)
+_USES_SLOPE = frozenset(name for name, _, slope in _TABLE if slope)
 
 # The defaults of the public API.
 IDENTITY = "none"
@@ -34,7 +34,7 @@ GELU = "gelu"
 # The gated forms, act(x W_gate + b_gate) * (x W_up + b_up): name -> the
 # gate's activation (one of ACTIVATIONS; the operator takes that one).
 GATED = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu", "glu": "sigmoid"}
-GATED_BY_GATE = {gate: name for name, gate in GATED.items()}
+_GATED_BY_GATE = {gate: name for name, gate in GATED.items()}
 
 class _PyTorchForm(NamedTuple):
     """What PyTorch has of one activation.
@@ -99,27 +99,27 @@ _FOREIGN = {
 
 # Where activation modules live: one found there that is not ours to
 # compute is reported by fuse_linear_act as an activation it cannot fuse.
-ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations", "timm.layers.activations")
+_ACTIVATION_MODULES = ("torch.nn.modules.activation", "transformers.activations", "timm.layers.activations")
 
 if set(_PYTORCH) != set(ACTIVATIONS) or not set(GATED.values()) <= set(ACTIVATIONS):
     raise ImportError(f"torch_gemm_act: the PyTorch forms ({sorted(_PYTORCH)}) do not match the "
                       f"extension's activations ({sorted(ACTIVATIONS)}); rebuild it")
-if {name for name, form in _PYTORCH.items() if form.in_place} != GRAD_FROM_OUTPUT - {IDENTITY}:
+if {name for name, form in _PYTORCH.items() if form.in_place} != _GRAD_FROM_OUTPUT - {IDENTITY}:
     raise ImportError("torch_gemm_act: the in-place ops do not match the activations differentiated from "
-                      f"their output ({sorted(GRAD_FROM_OUTPUT)}); rebuild it")
+                      f"their output ({sorted(_GRAD_FROM_OUTPUT)}); rebuild it")
 
 
 # Each twin as built with its defaults: what a call's omitted arguments are.
 _TWIN_DEFAULTS = {name: form.twin() for name, form in _PYTORCH.items()}
 
 
-def check_activation(activation, negative_slope=0.01):
+def _check_activation(activation, negative_slope=0.01):
     """Raises ValueError for an unknown activation or a slope it cannot take,
     as the operator would."""
     _C.check_activation(str(activation), float(negative_slope))
 
 
-def gate_activation(gated):
+def _gate_activation(gated):
     """The gate's activation of the gated form `gated` (a ValueError naming
     the forms for anything else)."""
     gate = GATED.get(gated) if isinstance(gated, str) else None
@@ -128,18 +128,18 @@ def gate_activation(gated):
     return gate
 
 
-def torch_module(activation, negative_slope=0.01):
+def _torch_module(activation, negative_slope=0.01):
     """The PyTorch module `activation` reproduces (nn.Identity for none)."""
-    check_activation(activation, negative_slope)
-    return twin(activation, negative_slope)
+    _check_activation(activation, negative_slope)
+    return _twin(activation, negative_slope)
 
 
 # (activation, slope) -> its twin module, shared (the modules hold no state).
 _SHARED_TWINS = {}
 
 
-def shared_twin(activation, negative_slope=0.01):
-    """twin's module, one per (activation, slope), shared: for a path that
+def _shared_twin(activation, negative_slope=0.01):
+    """_twin's module, one per (activation, slope), shared: for a path that
     applies it on every call. Building a module costs the host more than
     its call, and, traced by torch.compile, guards over nn.Module's
     machinery; a shared one traced is a dictionary entry's guards. So it is
@@ -148,20 +148,20 @@ def shared_twin(activation, negative_slope=0.01):
     key = (activation, float(negative_slope))
     module = _SHARED_TWINS.get(key)
     if module is None:
-        module = twin(activation, negative_slope)
+        module = _twin(activation, negative_slope)
         if not torch.compiler.is_compiling():
             _SHARED_TWINS[key] = module
     return module
 
 
-def in_place_op(activation):
+def _in_place_op(activation):
     """op(y, negative_slope) computing `activation` in y's own memory, for
     an activation differentiated from its output; None for the others."""
     form = _PYTORCH.get(activation)
     return form.in_place if form is not None else None
 
 
-def addmm_epilogue(activation, dtype):
+def _addmm_epilogue(activation, dtype):
     """torch._addmm_activation's use_gelu where that op computes `activation`
     on CUDA tensors of `dtype` (with a bias, cuBLASLt's epilogue), else None."""
     form = _PYTORCH.get(activation)
@@ -170,19 +170,19 @@ def addmm_epilogue(activation, dtype):
     return form.addmm[0]
 
 
-def twin(activation, negative_slope=0.01):
-    """torch_module without the operator's check of the slope (which
+def _twin(activation, negative_slope=0.01):
+    """_torch_module without the operator's check of the slope (which
     torch.compile cannot trace into): the module computes any slope."""
     form = _PYTORCH.get(activation) if isinstance(activation, str) else None
     if form is None:
         raise ValueError(f"gemm_act: unknown activation {activation!r}; expected one of: {', '.join(ACTIVATIONS)}")
     cls, attrs = form.twin, form.attrs
-    if activation in USES_SLOPE:
+    if activation in _USES_SLOPE:
         attrs = {**attrs, "negative_slope": negative_slope}
     return cls(**attrs)
 
 
-def from_call(target, args, kwargs):
+def _from_call(target, args, kwargs):
     """(activation, negative_slope) for a call of ``target`` (a function, or
     a Tensor method's name) on one tensor followed by ``args`` and
     ``kwargs``, as a captured graph records it: one this project computes,
@@ -200,21 +200,21 @@ def from_call(target, args, kwargs):
         if not isinstance(slope, (int, float)) or isinstance(slope, bool):
             return None
         try:
-            check_activation(name, float(slope))
+            _check_activation(name, float(slope))
         except ValueError:
             return None
         return name, float(slope)
     return None
 
 
-def qualified_class_name(module):
+def _qualified_class_name(module):
     return f"{type(module).__module__}.{type(module).__qualname__}"
 
 
-def from_module(module):
+def _from_module(module):
     """(activation, negative_slope) for a module this project computes, else
     None. nn.Identity is no activation to fuse."""
-    foreign = _FOREIGN.get(qualified_class_name(module))
+    foreign = _FOREIGN.get(_qualified_class_name(module))
     if foreign is not None:
         return foreign, 0.01
     for name, form in _PYTORCH.items():
@@ -223,9 +223,9 @@ def from_module(module):
             continue
         if any(getattr(module, key, None) != value for key, value in attrs.items()):
             continue
-        slope = float(module.negative_slope) if name in USES_SLOPE else 0.01
+        slope = float(module.negative_slope) if name in _USES_SLOPE else 0.01
         try:
-            check_activation(name, slope)
+            _check_activation(name, slope)
         except ValueError:
             return None
         return name, slope

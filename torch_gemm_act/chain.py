@@ -34,7 +34,7 @@ from .functional import _gemm_act_of_weight, _stores_preact, gemm_act
 __all__ = ["linear_act_linear"]
 
 
-class ChainLink:
+class _ChainLink:
     """What one fused layer hands the next: its output Y, pre-activation Z
     and activation, until the next layer takes them. ``through``: a dropout
     between the two, which passes Y on unchanged (the same tensor) only with
@@ -73,7 +73,7 @@ class ChainLink:
 
     def __deepcopy__(self, memo):
         # What it holds belongs to one forward; the dropout is the copy's.
-        return ChainLink(copy.deepcopy(self.through, memo))
+        return _ChainLink(copy.deepcopy(self.through, memo))
 
     def __getstate__(self):
         return self.through
@@ -83,7 +83,7 @@ class ChainLink:
         self._empty()
 
 
-def chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False,
+def _chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False,
                  b_is_weight=False):
     """act(x @ b + bias) for a layer on a chain: taking the layer before's Z
     (and bias) from ``link_in`` when x is its output, publishing its own on
@@ -119,6 +119,6 @@ def linear_act_linear(x, weight1, bias1, weight2, bias2=None, activation=GELU, n
             shape = tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__
             raise ValueError(f"linear_act_linear: {name} must be a 2-D tensor [out_features, in_features], "
                              f"got {shape}")
-    link = ChainLink()
-    y1 = chained_gemm(x, weight1.t(), bias1, activation, negative_slope, link_out=link, any_size=True)
-    return chained_gemm(y1, weight2.t(), bias2, IDENTITY, 0.01, link_in=link)
+    link = _ChainLink()
+    y1 = _chained_gemm(x, weight1.t(), bias1, activation, negative_slope, link_out=link, any_size=True)
+    return _chained_gemm(y1, weight2.t(), bias2, IDENTITY, 0.01, link_in=link)

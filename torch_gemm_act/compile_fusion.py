@@ -23,7 +23,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import _match, _policy
-from .activations import IDENTITY, from_call
+from .activations import IDENTITY, _from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
     compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
 from .functional import _stores_preact
@@ -36,10 +36,10 @@ def _arg(node, index, name, default):
 
 def _activation_of(node):
     """(activation, negative_slope) of an activation call on one tensor, else
-    None (the calls are the activation table's: activations.from_call)."""
+    None (the calls are the activation table's: activations._from_call)."""
     if node.op not in ("call_function", "call_method") or not node.args:
         return None
-    return from_call(node.target, node.args[1:], node.kwargs)
+    return _from_call(node.target, node.args[1:], node.kwargs)
 
 
 def _gemm_of(node):
@@ -93,7 +93,7 @@ def _value(node):
     return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
-def fuse_graph(graph):
+def _fuse_graph(graph):
     """Rewrites graph in place; returns (pairs fused, gated MLPs fused, gated
     MLPs left to Inductor, pairs chained to the Linear after them)."""
     pairs = []  # (gemm_act node, its Y node, activation, slope, x's example value, needs grad)
@@ -235,7 +235,7 @@ class _FusionPass(CustomGraphPass):
     def __call__(self, graph):
         if self.previous is not None:
             self.previous(graph)
-        fused, glu, gated, chained = fuse_graph(graph)
+        fused, glu, gated, chained = _fuse_graph(graph)
         self.fused += fused
         self.chained += chained
         self.glu += glu
@@ -263,5 +263,5 @@ def enable_compile_fusion(enabled=True):
         inductor_config.pre_grad_custom_pass = current.previous
 
 
-def compile_fusion_enabled():
+def _compile_fusion_enabled():
     return isinstance(inductor_config.pre_grad_custom_pass, _FusionPass)

@@ -7,7 +7,7 @@ from . import ops
 from .ops import _is_dtensor
 from ._policy import compiles_as_eager as _compiles_as_eager, compiles_to_glu as _compiles_to_glu, \
     needs_grad as _needs_grad
-from .activations import GELU, GRAD_FROM_OUTPUT, IDENTITY, USES_SLOPE, gate_activation, twin
+from .activations import GELU, _GRAD_FROM_OUTPUT, IDENTITY, _USES_SLOPE, _gate_activation, _twin
 
 __all__ = ["gemm_act", "linear_act", "gemm_glu", "gated_linear_act", "explain"]
 
@@ -36,7 +36,7 @@ def _gemm_act_of_weight(x, weight, bias, activation, negative_slope):
     one backward node taking the weight itself)."""
     if torch.compiler.is_compiling():  # gemm_act's compiled road (rule compiles_as_eager)
         return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
-    store_preact = activation not in GRAD_FROM_OUTPUT and _needs_grad(x, weight, bias)
+    store_preact = activation not in _GRAD_FROM_OUTPUT and _needs_grad(x, weight, bias)
     return ops.gemm_act(x, weight, bias, None, activation, 1.0, 0.0, float(negative_slope), store_preact, True)[0]
 
 
@@ -48,7 +48,7 @@ def _eager_formula(a, b, bias, c, activation, alpha, beta, negative_slope, retur
         z = z + beta * c
     if bias is not None:
         z = z + bias
-    y = twin(activation, negative_slope)(z)
+    y = _twin(activation, negative_slope)(z)
     return (y, z) if return_preact else y
 
 
@@ -56,7 +56,7 @@ def _stores_preact(a, b, bias, c, activation, return_preact):
     # Z is written only when asked for or when the backward needs it.
     if return_preact:
         return True
-    return activation not in GRAD_FROM_OUTPUT and _needs_grad(a, b, bias, c)
+    return activation not in _GRAD_FROM_OUTPUT and _needs_grad(a, b, bias, c)
 
 
 def explain(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -116,7 +116,7 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
     ``return_preact=True`` returns (Y, H), H = [gate, up] pre-activations
     side by side ([..., 2N]).
     """
-    gate = gate_activation(activation)
+    gate = _gate_activation(activation)
     compiled_unfused = torch.compiler.is_compiling() and not _compiles_to_glu(
         a, _needs_grad(a, b_gate, b_up, bias_gate, bias_up))
     if compiled_unfused or _is_dtensor(a) or _is_dtensor(b_gate):
@@ -125,11 +125,11 @@ def gemm_glu(a, b_gate, b_up, bias_gate=None, bias_up=None, *, activation=SWIGLU
         # product run as they run unfused.
         g, u = (torch.matmul(a, b) if bias is None else torch.matmul(a, b) + bias
                 for b, bias in ((b_gate, bias_gate), (b_up, bias_up)))
-        y = twin(gate, negative_slope)(g) * u
+        y = _twin(gate, negative_slope)(g) * u
         return (y, torch.cat([g, u], -1)) if return_preact else y
     # A slope no gate reads stays a constant: under torch.compile(dynamic=True)
     # Dynamo would make the default a symbolic float, guarded and recompiled.
-    slope = float(negative_slope) if gate in USES_SLOPE else 0.01
+    slope = float(negative_slope) if gate in _USES_SLOPE else 0.01
     y, h = ops.gemm_glu(a, b_gate, b_up, bias_gate, bias_up, gate, slope, bool(return_preact))
     return (y, h) if return_preact else y
 

@@ -29,9 +29,9 @@ import torch.fx
 from torch import nn
 
 from . import _match
-from .activations import ACTIVATION_MODULES, GATED_BY_GATE, IDENTITY, from_module, qualified_class_name
+from .activations import _ACTIVATION_MODULES, _GATED_BY_GATE, IDENTITY, _from_module, _qualified_class_name
 from ._policy import links
-from .chain import ChainLink
+from .chain import _ChainLink
 from .gated_modules import LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
 from .modules import Conv1DAct, LinearAct
 
@@ -90,7 +90,7 @@ def _linear_kind(module):
     """'linear' or 'conv1d' for what can be fused, else None."""
     if type(module) is nn.Linear:
         return "linear"
-    if qualified_class_name(module) == _CONV1D:
+    if _qualified_class_name(module) == _CONV1D:
         return "conv1d"
     return None
 
@@ -98,7 +98,7 @@ def _linear_kind(module):
 def _is_activation(module):
     if isinstance(module, nn.MultiheadAttention):  # defined beside the activations, but not one
         return False
-    return from_module(module) is not None or type(module).__module__ in ACTIVATION_MODULES
+    return _from_module(module) is not None or type(module).__module__ in _ACTIVATION_MODULES
 
 
 class _ModuleCalls:
@@ -131,9 +131,9 @@ class _ModuleCalls:
         module = self._module(node)
         if module is None or not _is_activation(module):
             return None
-        found = from_module(module)
+        found = _from_module(module)
         if found is None:
-            return f"{qualified_class_name(module)} is not an activation this project computes"
+            return f"{_qualified_class_name(module)} is not an activation this project computes"
         if len(node.args) != 1 or node.kwargs:
             return "the activation takes more than the Linear's output"
         return found
@@ -186,7 +186,7 @@ def _fuse_children(path, parent, result):
             lin_path, linear = _join(path, lin_name), children[lin_name]
             up = _match.gated_up(found, reader)
             if up is not None:
-                gated = GATED_BY_GATE[found.activation]
+                gated = _GATED_BY_GATE[found.activation]
                 up_module = LinearUp.from_linear(children[up.node.target])
                 parent._modules[lin_name] = LinearGate.from_linear(linear, up_module, gated)
                 parent._modules[up.node.target] = up_module
@@ -228,7 +228,7 @@ def _chain(path, parent, first, act_node, reader, result):
         if _move_forward_hooks(second, fused):
             result.hooks_moved.append(_join(path, node.target))
         parent._modules[node.target] = second = fused
-    link = ChainLink(parent._modules[source.target] if source is not act_node else None)
+    link = _ChainLink(parent._modules[source.target] if source is not act_node else None)
     parent._modules[first]._chain_out = link
     second._chain_in = link
     result.chained.append((_join(path, first), _join(path, node.target)))

@@ -7,14 +7,14 @@ from torch import nn
 from torch.compiler import is_compiling
 
 from ._policy import cpu_eager as _cpu_eager
-from .activations import gate_activation, shared_twin
+from .activations import _gate_activation, _shared_twin
 from .functional import SWIGLU, _is_dtensor, gated_linear_act
 from .modules import _Fused, _linear_parameters, _sharing
 
 __all__ = ["GatedLinearAct", "LinearGate", "LinearUp", "LinearPackedGlu", "PackedGluActivation"]
 
 
-class AppliedByGate:
+class _AppliedByGate:
     """What a LinearUp returns in eager mode: its projection is already a
     factor of its LinearGate's output, and the forward's product of the two
     leaves that output as it is (``y * APPLIED_BY_GATE is y``, no kernel)."""
@@ -30,7 +30,7 @@ class AppliedByGate:
         return "APPLIED_BY_GATE"
 
 
-APPLIED_BY_GATE = AppliedByGate()
+APPLIED_BY_GATE = _AppliedByGate()
 
 
 class LinearUp(_Fused, nn.Linear):
@@ -73,7 +73,7 @@ class LinearGate(_Fused, nn.Linear):
     """
 
     def __init__(self, in_features, out_features, bias=True, activation=SWIGLU, device=None, dtype=None):
-        gate_activation(activation)
+        _gate_activation(activation)
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.activation = activation
         # Not a submodule (set through __dict__, read through `up`): the up
@@ -112,10 +112,10 @@ class LinearGate(_Fused, nn.Linear):
                                  "alike (both ColwiseParallel); got the gate's weight "
                                  f"{'a DTensor' if sharded[0] else 'a plain tensor'} and the up projection's "
                                  f"{'a DTensor' if sharded[1] else 'a plain tensor'}")
-            return shared_twin(gate_activation(self.activation))(nn.functional.linear(x, self.weight, self.bias))
+            return _shared_twin(_gate_activation(self.activation))(nn.functional.linear(x, self.weight, self.bias))
         if _cpu_eager(x):  # the replaced modules' own ops
             gate = nn.functional.linear(x, self.weight, self.bias)
-            return shared_twin(gate_activation(self.activation))(gate) * nn.functional.linear(x, up.weight, up.bias)
+            return _shared_twin(_gate_activation(self.activation))(gate) * nn.functional.linear(x, up.weight, up.bias)
         return gated_linear_act(x, self.weight, up.weight, self.bias, up.bias, self.activation)
 
     def extra_repr(self):
@@ -123,7 +123,7 @@ class LinearGate(_Fused, nn.Linear):
                 f"bias={self.bias is not None}, activation={self.activation!r}")
 
 
-class PackedHalves:
+class _PackedHalves:
     """What a LinearPackedGlu returns in eager mode: the gated product, whose
     ``chunk(2, dim=-1)`` (the forward's split of the packed projection) is
     (product, APPLIED_BY_GATE); the forward's ``x1 * act(x2)`` or
@@ -148,7 +148,7 @@ class LinearPackedGlu(nn.Module):
     = fc1(x).chunk(2, dim=-1)``, then ``x1 * act(x2)``, or ``act(x1) * x2``),
     computing the gated product in one operator. Its parameters are the
     Linear's ([2N, K] and [2N]; the gate is the half ``gate_index`` names),
-    taken as views. In eager mode it returns PackedHalves, whose split gives
+    taken as views. In eager mode it returns _PackedHalves, whose split gives
     the product; under torch.compile the Linear's output, which the
     activation's slot (a PackedGluActivation) then gates as the unfused
     forward does, for Inductor to fuse.
@@ -162,7 +162,7 @@ class LinearPackedGlu(nn.Module):
 
     def __init__(self, in_features, out_features, bias=True, activation=SWIGLU, gate_index=1,
                  device=None, dtype=None):
-        gate_activation(activation)
+        _gate_activation(activation)
         if out_features % 2 or gate_index not in (0, 1):
             raise ValueError(f"LinearPackedGlu: out_features must be even and gate_index 0 or 1, got "
                              f"out_features={out_features}, gate_index={gate_index}")
@@ -189,10 +189,10 @@ class LinearPackedGlu(nn.Module):
             return nn.functional.linear(x, self.weight, self.bias)
         if _cpu_eager(x):  # the replaced modules' own ops: one GEMM, split, gated
             gate, up = self._halves(nn.functional.linear(x, self.weight, self.bias), dim=-1)
-            return PackedHalves(shared_twin(gate_activation(self.activation))(gate) * up)
+            return _PackedHalves(_shared_twin(_gate_activation(self.activation))(gate) * up)
         gate_w, up_w = self._halves(self.weight)
         gate_b, up_b = self._halves(self.bias) if self.bias is not None else (None, None)
-        return PackedHalves(gated_linear_act(x, gate_w, up_w, gate_b, up_b, self.activation))
+        return _PackedHalves(gated_linear_act(x, gate_w, up_w, gate_b, up_b, self.activation))
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

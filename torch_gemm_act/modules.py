@@ -12,8 +12,8 @@ from torch.compiler import is_compiling
 from ._policy import HOST_BOUND_MULTIPLY_ADDS as _HOST_BOUND, NODE_ACTIVATIONS as _NODE_ACTIVATIONS, \
     chain_pays as _chain_pays, compiles_as_eager as _compiles_as_eager, needs_grad as _needs_grad, \
     runs_atens_ops as _runs_atens_ops
-from .activations import GELU, IDENTITY, USES_SLOPE, addmm_epilogue, check_activation, in_place_op, shared_twin
-from .chain import chained_gemm
+from .activations import GELU, IDENTITY, _USES_SLOPE, _addmm_epilogue, _check_activation, _in_place_op, _shared_twin
+from .chain import _chained_gemm
 from .functional import _gemm_act_of_weight, _is_dtensor, explain, gemm_act
 
 __all__ = ["LinearAct", "Conv1DAct"]
@@ -87,15 +87,15 @@ class _WithActivation(_Fused):
         self.activation = activation
         self.negative_slope = float(negative_slope)
         if activation != IDENTITY:
-            shared_twin(activation, negative_slope)  # made now, outside any tracing
+            _shared_twin(activation, negative_slope)  # made now, outside any tracing
         # The links on the instance, not only the class: traced, an instance
         # attribute is guarded by one lookup in its dict, a class attribute
         # through the type's MRO, on every call of a compiled model.
         self._chain_in = None
         self._chain_out = None
 
-    _chain_in = None   # ChainLink from the layer whose output this one takes
-    _chain_out = None  # ChainLink to the layer that takes this one's output
+    _chain_in = None   # _ChainLink from the layer whose output this one takes
+    _chain_out = None  # _ChainLink to the layer that takes this one's output
 
     def _unfused_mode(self, x, n, why=False):
         """Whether this call (input x, n output columns) runs the unfused
@@ -188,13 +188,13 @@ class _WithActivation(_Fused):
         has no autograd; the caller checks, which costs a training step's
         calls least), is torch._addmm_activation, else None: on CUDA, with a
         bias and an activation cuBLASLt applies in the GEMM's epilogue
-        (activations.addmm_epilogue), on plain tensors outside autocast
+        (activations._addmm_epilogue), on plain tensors outside autocast
         (whose casts F.linear takes). One op and one launch where the GEMM
         and the activation were two: in eager mode the host's time, which
         bounds these calls; traced, Inductor keeps the op as it is (an
         extern call) where it would launch the GEMM and a kernel of its own
         for the activation."""
-        use_gelu = addmm_epilogue(self.activation, x.dtype)
+        use_gelu = _addmm_epilogue(self.activation, x.dtype)
         # K = 0 left to F.linear: ATen's addmm returns the bias there before
         # any activation.
         if use_gelu is None or bias is None or not x.is_cuda or x.dim() == 0 or x.shape[-1] == 0:
@@ -213,10 +213,10 @@ class _WithActivation(_Fused):
         tensor subclass (a DTensor, say) keeps the twin: its in-place ops
         may not take what the out-of-place one would redistribute."""
         if mode == _EAGER and type(y) is torch.Tensor:
-            op = in_place_op(self.activation)
+            op = _in_place_op(self.activation)
             if op is not None:
                 return op(y, self.negative_slope)
-        return shared_twin(self.activation, self.negative_slope).forward(y)
+        return _shared_twin(self.activation, self.negative_slope).forward(y)
 
     def _gemm(self, x, b, bias, b_is_weight=False):
         """act(x @ b + bias); with ``b_is_weight``, b is an nn.Linear weight
@@ -225,12 +225,12 @@ class _WithActivation(_Fused):
             if b_is_weight:
                 return _gemm_act_of_weight(x, b, bias, self.activation, self.negative_slope)
             return gemm_act(x, b, bias, activation=self.activation, negative_slope=self.negative_slope)
-        return chained_gemm(x, b, bias, self.activation, self.negative_slope, self._chain_in,
+        return _chained_gemm(x, b, bias, self.activation, self.negative_slope, self._chain_in,
                             self._chain_out, b_is_weight=b_is_weight)
 
     def _activation_repr(self):
         text = f"activation={self.activation!r}"
-        if self.activation in USES_SLOPE:
+        if self.activation in _USES_SLOPE:
             text += f", negative_slope={self.negative_slope}"
         return text
 
@@ -257,7 +257,7 @@ class LinearAct(_WithActivation, nn.Linear):
 
     def __init__(self, in_features, out_features, bias=True, activation=GELU,
                  negative_slope=0.01, device=None, dtype=None):
-        check_activation(activation, negative_slope)
+        _check_activation(activation, negative_slope)
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self._init_fused(activation, negative_slope)
 
@@ -302,7 +302,7 @@ class Conv1DAct(_WithActivation, nn.Module):
     """
 
     def __init__(self, nf, nx, activation=GELU, negative_slope=0.01, device=None, dtype=None):
-        check_activation(activation, negative_slope)
+        _check_activation(activation, negative_slope)
         super().__init__()
         self._init_fused(activation, negative_slope)
         factory = {"device": device, "dtype": dtype}
