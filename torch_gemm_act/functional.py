@@ -36,7 +36,7 @@ def _gemm_act_of_weight(x, weight, bias, activation, negative_slope):
     one backward node taking the weight itself)."""
     if torch.compiler.is_compiling():  # gemm_act's compiled road (rule compiles_as_eager)
         return gemm_act(x, weight.t(), bias, activation=activation, negative_slope=negative_slope)
-    store_preact = activation not in _GRAD_FROM_OUTPUT and _needs_grad(x, weight, bias)
+    store_preact = _stores_preact(x, weight, bias, None, activation, False)
     return ops.gemm_act(x, weight, bias, None, activation, 1.0, 0.0, float(negative_slope), store_preact, True)[0]
 
 
