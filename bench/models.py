@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench  # noqa: E402  (source ids, the timer, the repository on sys.path)
+import whole  # noqa: E402  (the whole_* cases)
 
 # name: (blocks, tokens, d_model, d_hidden, activation module name, dtype)
 CASES = {
@@ -153,8 +154,8 @@ def own_frame(model, name):
             super().__init__()
             self.inner = inner
 
-        def forward(self, x):
-            return self.inner(x)
+        def forward(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
     OwnFrame.forward.__code__ = OwnFrame.forward.__code__.replace(co_name=f"forward_{name}")
     return OwnFrame(model)
 
@@ -164,27 +165,31 @@ def rel_err(got, ref):
     return (got.double() - ref.double()).abs().max().item() / scale
 
 
-def contenders(eager, fused, compiled, control=False):
-    """name -> model: eager and fused, or, compiled, each under
-    torch.compile and compile fusion's (the eager model compiled with the
-    pass; its first call must run under first_call). With ``control``, also
-    ``eager_copy``: a copy of the eager model, compiled or not as eager is,
-    timed as a contender of its own. It runs eager's computation, so its
-    ratio to eager is what the bench reads between two identical steps
-    (their order and the clock's drift), the spread any other ratio of the
-    row carries."""
+def contenders(eager, fused, compiled, control=False, peers=None, in_process=True):
+    """name -> model: eager and fused (and ``peers``, name -> model), or,
+    compiled, each under torch.compile and compile fusion's (the eager
+    model compiled with the pass; its first call must run under
+    first_call). With ``control``, also ``eager_copy``: a copy of the eager
+    model, compiled or not as eager is, timed as a contender of its own. It
+    runs eager's computation, so its ratio to eager is what the bench reads
+    between two identical steps (their order and the clock's drift), the
+    spread any other ratio of the row carries. ``in_process``: Inductor
+    compiles in this process (bench.compile_in_process), else with its pool
+    of workers (the whole models: many kernels, a GPU-bound step)."""
     import torch
 
-    models = {"eager": eager, "fused": fused}
+    models = {"eager": eager, "fused": fused, **(peers or {})}
     if control:
         models["eager_copy"] = copy.deepcopy(eager)
     if not compiled:
         return models
-    bench.compile_in_process()
+    if in_process:
+        bench.compile_in_process()
+    else:
+        torch._inductor.config.compile_threads = torch._inductor.config.decide_compile_threads()
     torch.compiler.reset()
     models["compile_fusion"] = copy.deepcopy(eager)
     return {name: torch.compile(own_frame(m, name)) for name, m in models.items()}
-    return models
 
 
 @contextlib.contextmanager
@@ -241,16 +246,36 @@ def peak_bytes(fn, device):
 def measure(case, mode, compiled, ctx):
     import torch
 
+    import torch_gemm_act
+
     args, device = ctx["args"], ctx["device"]
-    eager, fused, x, gy = build(case, device, args.cpu_dry_run)
-    models = contenders(eager, fused, compiled, args.control)
-    fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
-    row = {"case": case, "mode": mode, "compiled": compiled, "dtype": CASES[case][5],
-           "ms": {}, "peak_bytes": {}}
+    row = {"case": case, "mode": mode, "compiled": compiled, "ms": {}, "peak_bytes": {}}
+    peers = {}
+    if case in whole.WHOLE:
+        built = whole.build(case, device, args.cpu_dry_run)
+        eager = built.model
+        fused = torch_gemm_act.fuse_linear_act(copy.deepcopy(eager))
+        peers, row["peers_missing"] = whole.peers(case, eager)
+        row.update(dtype=whole.WHOLE[case][3], autocast=built.autocast)
+        models = contenders(eager, fused, compiled, args.control, peers, in_process=False)
+        fns = {name: whole.step_fn(m, built, mode) for name, m in models.items()}
+        ref = whole.reference(built, mode)
+    else:
+        eager, fused, x, gy = build(case, device, args.cpu_dry_run)
+        row["dtype"] = CASES[case][5]
+        models = contenders(eager, fused, compiled, args.control)
+        fns = {name: step_fn(m, x, gy, mode) for name, m in models.items()}
     outs, codes = {}, {}
-    for name, fn in fns.items():  # the first call compiles
+    for name, fn in list(fns.items()):  # the first call compiles
         with first_call(name), generated_code(codes, name) if compiled else contextlib.nullcontext():
-            outs[name] = fn()
+            try:
+                outs[name] = fn()
+            except Exception as e:  # noqa: BLE001  a peer's failure is its row's note, not the run's end
+                if name not in peers:
+                    raise
+                row.setdefault("peer_errors", {})[name] = f"{type(e).__name__}: {e}"[:500]
+                del fns[name]
+                continue
             if name == "compile_fusion":
                 # The pairs the pass replaced: 0 would mean the row timed
                 # compiled eager again.
@@ -260,7 +285,26 @@ def measure(case, mode, compiled, ctx):
                 row["compile_fusion_glu"] = fusion_pass.glu
                 row["compile_fusion_gated"] = fusion_pass.gated
     if compiled:
-        row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items() if name != "eager"}
+        row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items()
+                                     if name != "eager" and name in outs}
+    if case in whole.WHOLE:
+        _check_whole(row, outs, ref)
+        del ref
+    else:
+        _check_stack(row, outs, eager, x, gy, mode)
+    del outs
+    for name, fn in fns.items():
+        row["peak_bytes"][name] = peak_bytes(fn, device)
+    timing = args if case not in whole.WHOLE else argparse.Namespace(**{**vars(args), "rep": args.whole_rep})
+    timed = bench.time_in_turns(fns, timing, device)
+    row["ms"] = {name: ms for name, (ms, _) in timed.items()}
+    row["iqr_rel"] = {name: round(iqr, 4) for name, (_, iqr) in timed.items()}
+    return row
+
+
+def _check_stack(row, outs, eager, x, gy, mode):
+    """An MLP stack's row: every contender against eager (TOLERANCE), or,
+    beyond it, within twice eager's own error from a float64 run."""
     errs = [rel_err(g, r) for other in ("fused", "compile_fusion", "eager_copy") if other in outs
             for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)
@@ -270,14 +314,17 @@ def measure(case, mode, compiled, ctx):
         err64 = {name: max(rel_err(g, r) for g, r in zip(out, ref64)) for name, out in outs.items()}
         row["max_rel_err_fp64"] = err64
         row["correct"] = all(e <= 2 * err64["eager"] for name, e in err64.items() if name != "eager")
-        del ref64
-    del outs
-    for name, fn in fns.items():
-        row["peak_bytes"][name] = peak_bytes(fn, device)
-    timed = bench.time_in_turns(fns, args, device)
-    row["ms"] = {name: ms for name, (ms, _) in timed.items()}
-    row["iqr_rel"] = {name: round(iqr, 4) for name, (_, iqr) in timed.items()}
-    return row
+
+
+def _check_whole(row, outs, ref):
+    """A whole model's row: each contender's error from the fp32 copy
+    (logits; or loss and the input embedding's gradient), within
+    whole.ERROR_FACTOR of eager's own."""
+    err = {name: max(rel_err(g, r) for g, r in zip(out, ref)) for name, out in outs.items()}
+    row["err_vs_fp32"] = err
+    others = [e for name, e in err.items() if name != "eager"]
+    row["max_rel_err"] = max(others)
+    row["correct"] = all(e <= max(whole.ERROR_FACTOR * err["eager"], 1e-5) for e in others)
 
 
 def table(rows):
@@ -289,14 +336,20 @@ def table(rows):
         v = r["ms"].get(name)
         return f"{v / r['ms']['eager']:>{width - 1}.3f}x" if v is not None else f'{"-":>{width}}'
 
+    known = ("eager", "fused", "compile_fusion", "eager_copy")
     for r in rows:
         e, f = r["ms"]["eager"], r["ms"]["fused"]
+        peers = "".join(f" {n} {v / e:.3f}x" for n, v in r["ms"].items() if n not in known)
         pb = r["peak_bytes"]
         mem = ("-" if pb.get("eager") is None
                else f'{pb["eager"] / 2**20:.0f}/{pb["fused"] / 2**20:.0f}')
         lines.append(f'{r["case"]:<20} {r["mode"]:<10} {str(r["compiled"]):<8} {e:>9.3f} {f:>9.3f} '
                      f'{f / e:>10.3f}x {ratio(r, "compile_fusion", 13)} {ratio(r, "eager_copy", 10)} {mem:>14} '
                      f'{r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
+                     + (f' (eager {r["err_vs_fp32"]["eager"]:.1e} from fp32)' if "err_vs_fp32" in r else "")
+                     + peers
+                     + "".join(f" [{n}: {why}]" for n, why in {**r.get("peers_missing", {}),
+                                                                 **r.get("peer_errors", {})}.items())
                      + ("" if "same_code_as_eager" not in r else " same code: "
                         + (",".join(n for n, same in r["same_code_as_eager"].items() if same) or "-"))
                      + (" (from float64: " + ", ".join(f"{k} {v:.1e}" for k, v in r["max_rel_err_fp64"].items())
@@ -328,14 +381,18 @@ def plot(rows, path):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE),
+                   default=list(CASES) + list(whole.WHOLE))
+    p.add_argument("--modes", nargs="+", choices=("inference", "training"), default=["inference", "training"])
     p.add_argument("--no-compile", action="store_true", help="eager mode only")
+    p.add_argument("--compiled-only", action="store_true", help="the compiled rows only")
     p.add_argument("--rounds", type=int, default=5,
                    help="each contender is timed for about rounds x rep ms, in turns with the others")
     p.add_argument("--control", action="store_true",
                    help="also time a copy of the eager model (ms.eager_copy): the spread between identical steps")
     p.add_argument("--warmup", type=int, default=25, help="warm-up per contender, ms")
     p.add_argument("--rep", type=int, default=100, help="see --rounds")
+    p.add_argument("--whole-rep", type=int, default=400, help="--rep of the whole models (steps of 20-200 ms)")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="for testing this script only: tiny models on the CPU, eager mode only")
     p.add_argument("--dry-run-compile", action="store_true",
@@ -372,8 +429,8 @@ def _run(args):
     t0 = time.perf_counter()
     for case in args.cases:
         eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
-        for compiled in (False,) if eager_only else (False, True):
-            for mode in ("inference", "training"):
+        for compiled in (False,) if eager_only else (True,) if args.compiled_only else (False, True):
+            for mode in args.modes:
                 rows.append(measure(case, mode, compiled, ctx))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     host_us["after"] = bench.host_launch_us(device)

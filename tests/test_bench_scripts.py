@@ -11,16 +11,20 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _model_cases():
-    spec = importlib.util.spec_from_file_location("bench_models", os.path.join(ROOT, "bench", "models.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.CASES)
+def _model_cases(table="CASES"):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_models", os.path.join(ROOT, "bench", "models.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(os.path.join(ROOT, "bench"))
+    return list(module.CASES if table == "CASES" else module.whole.WHOLE)
 
 
 def test_models_dry_run(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
-                             "--rounds", "1", "--out", str(tmp_path)],
+                             "--rounds", "1", "--out", str(tmp_path), "--cases", *_model_cases()],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
@@ -31,6 +35,26 @@ def test_models_dry_run(tmp_path):
     for r in rows:
         assert set(r["ms"]) == {"eager", "fused"} and set(r["peak_bytes"]) == {"eager", "fused"}
         assert r["correct"], r
+
+
+def test_whole_models_dry_run(tmp_path):
+    """The whole models (transformers' and timm's classes, tiny configs):
+    every case in both modes, each contender's error from the fp32 copy
+    beside eager's; the Llama row names its peer (timed, or why not)."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
+                             "--rounds", "1", "--out", str(tmp_path), "--cases", *_model_cases("WHOLE")],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["case"], r["mode"]) for r in rows} == {
+        (c, m) for c in _model_cases("WHOLE") for m in ("inference", "training")}
+    for r in rows:
+        assert {"eager", "fused"} <= set(r["ms"]) and set(r["ms"]) == set(r["peak_bytes"]), r
+        assert set(r["err_vs_fp32"]) >= {"eager", "fused"} and r["correct"], r
+        assert 0 < r["err_vs_fp32"]["eager"] < 0.05, r  # the fp32 copy is a different computation
+        if r["case"] == "whole_llama":
+            assert "liger" in {**r["ms"], **r.get("peers_missing", {}), **r.get("peer_errors", {})}, r
 
 
 def test_models_dry_run_compiled(tmp_path):
