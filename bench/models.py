@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
 """Model-level benchmark: MLP stacks as people write them (nn.Linear,
-activation module, nn.Linear, in nn.Sequential), eager against the same model
-fused with torch_gemm_act.fuse_linear_act, side by side in one run.
+activation module, nn.Linear, in nn.Sequential) and whole models as their
+libraries build them (bench/whole.py: GPT-2, a Llama-style 1B, BERT-base,
+ViT-L/16; `whole_*` cases), eager against the same model fused with
+torch_gemm_act.fuse_linear_act, side by side in one run.
 
-    python bench/models.py [--out DIR] [--cases NAME ...] [--no-compile] [--cpu-dry-run [--dry-run-compile]]
+    python bench/models.py [--out DIR] [--cases NAME ...] [--modes inference training]
+                           [--no-compile | --compiled-only] [--cpu-dry-run [--dry-run-compile]]
 
 For each case, mode (inference: a no_grad forward; training: forward and
-backward with a fixed random output gradient) and compilation (eager mode,
-torch.compile), it times the eager and the fused model (bench.time_in_turns:
-the median of each one's calls, taken in turns call by call) and, compiled,
-a third: the eager model compiled unchanged with
-torch_gemm_act.enable_compile_fusion() on (`compile_fusion`),
-records the peak memory of one step of each, and checks the fused outputs
-(and in training the input gradient) against eager's. Writes
-<UTC time>_<short commit>_models.json and a .png to bench/results/ (or
---out), recording the commit, csrc tree and device, and prints a table.
+backward, with a fixed random output gradient for a stack, the library's
+own loss for a whole model) and compilation (eager mode, torch.compile), it
+times the eager and the fused model (bench.time_in_turns: the median of
+each one's calls, taken in turns call by call), the peers where one applies
+(whole.peers), and, compiled, the eager model compiled unchanged with
+torch_gemm_act.enable_compile_fusion() on (`compile_fusion`); records the
+peak memory of one step of each; and checks the outputs (and in training
+the input's or the embedding's gradient): a stack's against eager's, a
+whole model's against an fp32 copy, beside eager's own error. Writes
+<UTC time>_<short commit>_models.json (after every row) and a .png to
+bench/results/ (or --out), recording the commit, csrc tree and device, and
+prints a table.
 """
 
 import argparse
@@ -427,22 +433,29 @@ def _run(args):
     ctx = {"args": args, "device": device}
     rows = []
     t0 = time.perf_counter()
-    for case in args.cases:
-        eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
-        for compiled in (False,) if eager_only else (True,) if args.compiled_only else (False, True):
-            for mode in args.modes:
-                rows.append(measure(case, mode, compiled, ctx))
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
-    host_us["after"] = bench.host_launch_us(device)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, f"{stamp}_{commit[:7]}_models")
     results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                "torch": torch.__version__, "commit": commit, "csrc_tree": csrc_tree,
-               "ids_from": ids_from, "dirty": dirty, "timer": f"{bench.TURNS_DESC}, about {args.rounds} x {args.rep} ms each",
-               "host_launch_us": host_us, "wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
-    with open(base + ".json", "w") as f:
-        json.dump(results, f, indent=1)
+               "ids_from": ids_from, "dirty": dirty,
+               "timer": f"{bench.TURNS_DESC}, about {args.rounds} x {args.rep} ms each "
+                        f"({args.whole_rep} ms for the whole models)",
+               "host_launch_us": host_us, "rows": rows}
+
+    def write():  # after every row: a run cut short keeps what it measured
+        results["wall_s"] = round(time.perf_counter() - t0, 1)
+        with open(base + ".json", "w") as f:
+            json.dump(results, f, indent=1)
+    for case in args.cases:
+        eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
+        for compiled in (False,) if eager_only else (True,) if args.compiled_only else (False, True):
+            for mode in args.modes:
+                rows.append(measure(case, mode, compiled, ctx))
+                write()
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+    host_us["after"] = bench.host_launch_us(device)
+    write()
     drew = plot(rows, base + ".png")
     print(f"\nresults: {base}.json" + (f"\nplot:    {base}.png" if drew else ""))
     print(table(rows))

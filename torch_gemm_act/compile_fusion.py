@@ -22,7 +22,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
-from . import _match, _policy
+from . import _canonical, _match, _policy
 from .activations import IDENTITY, _from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
     compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
@@ -95,7 +95,9 @@ def _value(node):
 
 def _fuse_graph(graph):
     """Rewrites graph in place; returns (pairs fused, gated MLPs fused, gated
-    MLPs left to Inductor, pairs chained to the Linear after them)."""
+    MLPs left to Inductor, pairs chained to the Linear after them, formulas
+    read as their activation)."""
+    formulas = _canonical.canonicalize(graph, lambda node: _gemm_of(node) is not None)
     pairs = []  # (gemm_act node, its Y node, activation, slope, x's example value, needs grad)
     glu = gated = 0
     for act_node in list(graph.nodes):
@@ -133,7 +135,7 @@ def _fuse_graph(graph):
     # Last first: a pair that is both the second layer of one chain and the
     # first of the next has its Z stored before its own node is replaced.
     chained = sum(_chain(graph, *pair) for pair in reversed(pairs))
-    return len(pairs), glu, gated, chained
+    return len(pairs), glu, gated, chained, formulas
 
 
 def _fuse_gated(graph, found, up):
@@ -231,11 +233,13 @@ class _FusionPass(CustomGraphPass):
         self.chained = 0          # of them, chained to the Linear after them
         self.glu = 0              # gated MLPs made one gemm_glu
         self.gated = 0            # gated MLPs left whole to Inductor
+        self.formulas = 0         # activations written as arithmetic, read as their call
 
     def __call__(self, graph):
         if self.previous is not None:
             self.previous(graph)
-        fused, glu, gated, chained = _fuse_graph(graph)
+        fused, glu, gated, chained, formulas = _fuse_graph(graph)
+        self.formulas += formulas
         self.fused += fused
         self.chained += chained
         self.glu += glu
@@ -244,7 +248,8 @@ class _FusionPass(CustomGraphPass):
     def uuid(self):
         previous = self.previous.uuid() if self.previous is not None else None
         # The pass and the rules it applies, and the testing switch they read.
-        return (get_hash_for_files((__file__, _policy.__file__)), _policy._operator_everywhere, previous)
+        files = (__file__, _policy.__file__, _canonical.__file__, _match.__file__)
+        return (get_hash_for_files(files), _policy._operator_everywhere, previous)
 
 
 def enable_compile_fusion(enabled=True):

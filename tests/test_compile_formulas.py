@@ -1,0 +1,165 @@
+"""The compile pass on what models write: activations spelled out in
+arithmetic (transformers' GELU formulas), found by their values; Conv1D's
+addmm between reshapes; whole transformers GPT-2 blocks fused and chained
+as fuse_linear_act fuses them."""
+
+import copy
+import math
+
+import pytest
+import torch
+import transformers
+from torch import nn
+from transformers import activations as hf
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+
+pytestmark = pytest.mark.operator_everywhere
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_caches():
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
+@pytest.fixture
+def fusion():
+    torch._dynamo.reset()
+    tga.enable_compile_fusion()
+    try:
+        yield torch._inductor.config.pre_grad_custom_pass
+    finally:
+        tga.enable_compile_fusion(False)
+        torch._dynamo.reset()
+
+
+class _Formula(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
+# (formula, the activation it is, or None: not one of ours)
+FORMULAS = {
+    "NewGELUActivation": (hf.NewGELUActivation(), "gelu_tanh"),
+    "FastGELUActivation": (hf.FastGELUActivation(), "gelu_tanh"),
+    "AccurateGELUActivation": (hf.AccurateGELUActivation(), "gelu_tanh"),
+    "erf_gelu": (_Formula(lambda x: 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))), "gelu"),
+    "swish": (_Formula(lambda x: x * torch.sigmoid(x)), "silu"),
+    "QuickGELUActivation": (hf.QuickGELUActivation(), None),
+    "gelu_then_double": (_Formula(lambda x: 2 * hf.NewGELUActivation()(x)), "gelu_tanh"),
+    "tanh_of_a_third": (_Formula(lambda x: torch.tanh(x / 3)), None),
+}
+
+
+@pytest.mark.parametrize("name", list(FORMULAS))
+def test_formula_fuses_as_its_activation(fusion, name):
+    """Linear -> formula, training: fused as the activation it computes (and
+    only then), with the numerics of the module fused by hand with that
+    activation; a formula that is none of ours is left as written."""
+    formula, activation = FORMULAS[name]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), formula, nn.Linear(32, 8))
+    x = torch.randn(6, 16, requires_grad=True)
+    y = torch.compile(model, fullgraph=True)(x)
+    y.backward(torch.ones_like(y))
+    x_ref = x.detach().clone().requires_grad_()
+    y_ref = model(x_ref)
+    y_ref.backward(torch.ones_like(y_ref))
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-5)
+    assert (fusion.formulas, fusion.fused) == ((1, 1) if activation else (0, 0))
+
+
+def test_formula_whose_step_is_used_elsewhere_is_left(fusion):
+    """A formula one of whose steps is read outside it stays as written."""
+    def f(x):
+        cube = torch.pow(x, 3.0)
+        gelu = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cube)))
+        return gelu + cube.mean()
+
+    lin = nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(torch.compile(lambda x: f(lin(x)), fullgraph=True)(x), f(lin(x)))
+    assert (fusion.formulas, fusion.fused) == (0, 0)
+
+
+def _gpt2(layers=2):
+    config = transformers.GPT2Config(n_layer=layers, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_gpt2_compiles_fused_and_chained(fusion, training):
+    """transformers' GPT-2, unchanged: each block's Conv1D (addmm between
+    reshapes) -> NewGELUActivation fused, and in training chained to c_proj,
+    as fuse_linear_act fuses and chains the modules; loss and every
+    gradient as the hand-fused model's."""
+    torch.manual_seed(0)
+    model = _gpt2()
+    by_hand = tga.fuse_linear_act(copy.deepcopy(model))
+    ids = torch.randint(64, (2, 12))
+    compiled = torch.compile(model)
+    if not training:
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(input_ids=ids).logits, by_hand(input_ids=ids).logits,
+                                       rtol=1e-5, atol=1e-5)
+        assert (fusion.formulas, fusion.fused, fusion.chained) == (2, 2, 0)
+        return
+    loss = compiled(input_ids=ids, labels=ids).loss
+    loss.backward()
+    loss_hand = by_hand(input_ids=ids, labels=ids).loss
+    loss_hand.backward()
+    torch.testing.assert_close(loss, loss_hand, rtol=1e-5, atol=1e-6)
+    for (name, p), p_hand in zip(model.named_parameters(), by_hand.parameters()):
+        torch.testing.assert_close(p.grad, p_hand.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert (fusion.formulas, fusion.fused, fusion.chained) == (2, 2, 2)
+
+
+def test_reshape_read_by_other_ops_is_kept(fusion):
+    """A reshape back to the GEMM's shape is dropped only where GEMMs alone
+    read it; read by anything else, it stays (the values are the same
+    either way)."""
+    lin1, lin2 = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def f(x):
+        h = torch.relu(lin1(x.view(-1, 8))).view(2, 3, 16)
+        return lin2(h.view(-1, 16)), h.view(-1, 16).sum()
+
+    x = torch.randn(2, 3, 8)
+    got, want = torch.compile(f, fullgraph=True)(x), f(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert fusion.fused == 1
+
+
+@requires_cuda
+def test_gpt2_compiles_fused_cuda(fusion):
+    """GPT-2 in bf16 on the GPU: the pass fuses every block's MLP; the loss
+    and the embedding's gradient as close to a float64 copy as eager's."""
+    torch.manual_seed(0)
+    model = _gpt2(layers=3).cuda()
+    reference = copy.deepcopy(model).double()
+    model = model.to(torch.bfloat16)
+    eager = copy.deepcopy(model)
+    ids = torch.randint(64, (4, 32), device="cuda")
+    results = {}
+    for name, m in (("eager", eager), ("compiled", torch.compile(model)), ("reference", reference)):
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        results[name] = (loss.double(), m.transformer.wte.weight.grad.double()) if name != "compiled" else \
+            (loss.double(), model.transformer.wte.weight.grad.double())
+    assert fusion.fused == 3 and fusion.formulas == 3
+    for i in range(2):
+        ref = results["reference"][i]
+        scale = ref.abs().max()
+        err = {n: ((results[n][i] - ref).abs().max() / scale).item() for n in ("eager", "compiled")}
+        assert err["compiled"] <= 2 * err["eager"] + 1e-3, err
