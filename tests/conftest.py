@@ -115,3 +115,26 @@ def takes_a_preact(y):
     input's Z from the layer before (gemm_act_chained's a_preact)."""
     fn = y.grad_fn
     return fn is not None and fn.name() == "GemmActBackward" and fn.next_functions[1][0] is not None
+
+
+@pytest.fixture
+def no_compile_caches():
+    """Inductor's caches off: a cached compilation skips the graph passes,
+    whose counts the compile-fusion tests read."""
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
+@pytest.fixture
+def fusion(no_compile_caches):
+    """enable_compile_fusion() for the test, Dynamo reset around it; the pass
+    (its counts)."""
+    import torch_gemm_act
+    torch._dynamo.reset()
+    torch_gemm_act.enable_compile_fusion()
+    try:
+        yield torch._inductor.config.pre_grad_custom_pass
+    finally:
+        torch_gemm_act.enable_compile_fusion(False)
+        torch._dynamo.reset()

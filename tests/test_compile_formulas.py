@@ -15,25 +15,7 @@ from transformers import activations as hf
 import torch_gemm_act as tga
 from conftest import requires_cuda
 
-pytestmark = pytest.mark.operator_everywhere
-
-
-@pytest.fixture(autouse=True)
-def _no_compile_caches():
-    with torch._inductor.config.patch(fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
-
-
-@pytest.fixture
-def fusion():
-    torch._dynamo.reset()
-    tga.enable_compile_fusion()
-    try:
-        yield torch._inductor.config.pre_grad_custom_pass
-    finally:
-        tga.enable_compile_fusion(False)
-        torch._dynamo.reset()
+pytestmark = [pytest.mark.operator_everywhere, pytest.mark.usefixtures("no_compile_caches")]
 
 
 class _Formula(nn.Module):

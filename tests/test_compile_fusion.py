@@ -16,26 +16,7 @@ from conftest import requires_cuda
 from torch_gemm_act import _policy, compile_fusion
 
 # The operators through the modules at every size and on the CPU (conftest.py).
-pytestmark = pytest.mark.operator_everywhere
-
-
-@pytest.fixture(autouse=True)
-def _no_compile_caches():
-    # A cached compilation skips the graph passes, whose count the tests read.
-    with torch._inductor.config.patch(fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
-
-
-@pytest.fixture
-def fusion():
-    torch._dynamo.reset()
-    tga.enable_compile_fusion()
-    try:
-        yield torch._inductor.config.pre_grad_custom_pass
-    finally:
-        tga.enable_compile_fusion(False)
-        torch._dynamo.reset()
+pytestmark = [pytest.mark.operator_everywhere, pytest.mark.usefixtures("no_compile_caches")]
 
 
 class _Mlp(nn.Module):
