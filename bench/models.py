@@ -163,7 +163,25 @@ def own_frame(model, name):
         def forward(self, *args, **kwargs):
             return self.inner(*args, **kwargs)
     OwnFrame.forward.__code__ = OwnFrame.forward.__code__.replace(co_name=f"forward_{name}")
+    _own_classes(model, name)
     return OwnFrame(model)
+
+
+_CLASSES = {}
+
+
+def _own_classes(model, name):
+    """Each module of `model` made an instance of a class of the contender's
+    own (a subclass, named as its class). Where a forward breaks the graph
+    (whole models), Dynamo resumes in the inner modules' frames, whose code
+    objects every copy of the model shares: their types' guards then keep
+    the contenders' compilations apart there too."""
+    for module in model.modules():
+        cls = type(module)
+        if (name, cls) not in _CLASSES:
+            _CLASSES[name, cls] = type(cls.__name__, (cls,), {"__module__": cls.__module__,
+                                                               "__qualname__": cls.__qualname__})
+        module.__class__ = _CLASSES[name, cls]
 
 
 def rel_err(got, ref):
