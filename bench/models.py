@@ -37,6 +37,7 @@ sys.path.insert(0, HERE)
 
 import bench  # noqa: E402  (source ids, the timer, the repository on sys.path)
 import whole  # noqa: E402  (the whole_* cases)
+from compiled import contenders, first_call, generated_code  # noqa: E402
 
 # name: (blocks, tokens, d_model, d_hidden, activation module name, dtype)
 CASES = {
@@ -144,114 +145,9 @@ def step_fn(model, x, gy, mode):
     return run
 
 
-def own_frame(model, name):
-    """`model` under a forward whose code object is its own (named for the
-    contender). Dynamo keeps compilations per code object and, parameters
-    being graph inputs, guards on the modules' types rather than on their
-    identity: compiled under one Sequential.forward, all contenders' graphs
-    would share one cache, each call checking the others' guards before its
-    own; a copy of the eager model would reuse the eager model's
-    compilation, and compile fusion's too, made without the pass. A user's
-    model has its compilations to itself."""
-    from torch import nn
-
-    class OwnFrame(nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *args, **kwargs):
-            return self.inner(*args, **kwargs)
-    OwnFrame.forward.__code__ = OwnFrame.forward.__code__.replace(co_name=f"forward_{name}")
-    _own_classes(model, name)
-    return OwnFrame(model)
-
-
-_CLASSES = {}
-
-
-def _own_classes(model, name):
-    """Each module of `model` made an instance of a class of the contender's
-    own (a subclass, named as its class). Where a forward breaks the graph
-    (whole models), Dynamo resumes in the inner modules' frames, whose code
-    objects every copy of the model shares: their types' guards then keep
-    the contenders' compilations apart there too."""
-    for module in model.modules():
-        cls = type(module)
-        if (name, cls) not in _CLASSES:
-            _CLASSES[name, cls] = type(cls.__name__, (cls,), {"__module__": cls.__module__,
-                                                               "__qualname__": cls.__qualname__})
-        module.__class__ = _CLASSES[name, cls]
-
-
 def rel_err(got, ref):
     scale = ref.double().abs().max().item() or 1.0
     return (got.double() - ref.double()).abs().max().item() / scale
-
-
-def contenders(eager, fused, compiled, control=False, peers=None, in_process=True):
-    """name -> model: eager and fused (and ``peers``, name -> model), or,
-    compiled, each under torch.compile and compile fusion's (the eager
-    model compiled with the pass; its first call must run under
-    first_call). With ``control``, also ``eager_copy``: a copy of the eager
-    model, compiled or not as eager is, timed as a contender of its own. It
-    runs eager's computation, so its ratio to eager is what the bench reads
-    between two identical steps (their order and the clock's drift), the
-    spread any other ratio of the row carries. ``in_process``: Inductor
-    compiles in this process (bench.compile_in_process), else with its pool
-    of workers (the whole models: many kernels, a GPU-bound step)."""
-    import torch
-
-    models = {"eager": eager, "fused": fused, **(peers or {})}
-    if control:
-        models["eager_copy"] = copy.deepcopy(eager)
-    if not compiled:
-        return models
-    if in_process:
-        bench.compile_in_process()
-    else:
-        torch._inductor.config.compile_threads = torch._inductor.config.decide_compile_threads()
-    torch.compiler.reset()
-    models["compile_fusion"] = copy.deepcopy(eager)
-    return {name: torch.compile(own_frame(m, name)) for name, m in models.items()}
-
-
-@contextlib.contextmanager
-def first_call(name):
-    """Around a contender's first (compiling) call: the fusion pass on for
-    compile_fusion only, whose graphs are compiled afresh, not from
-    Inductor's caches (a cached graph would skip the pass, and its count)."""
-    import torch
-
-    import torch_gemm_act
-
-    torch_gemm_act.enable_compile_fusion(name == "compile_fusion")
-    try:
-        if name != "compile_fusion":
-            yield
-        else:
-            with torch._inductor.config.patch(fx_graph_cache=False), \
-                    torch._functorch.config.patch(enable_autograd_cache=False):
-                yield
-    finally:
-        torch_gemm_act.enable_compile_fusion(False)
-
-
-@contextlib.contextmanager
-def generated_code(into, name):
-    """into[name]: the code Inductor generates, or loads from its caches,
-    for the graphs compiled inside, comments dropped (they name the source
-    nodes, which differ between identical graphs). Two contenders with the
-    same code run the same kernels the same way: their ratio is the
-    bench's spread, what eager_copy reads."""
-    from unittest import mock
-
-    from torch._inductor.graph import GraphLowering
-
-    sources = []
-    with mock.patch.object(GraphLowering, "save_output_code", sources.append):
-        yield
-    into[name] = "\n".join(line.split("#", 1)[0].rstrip() for src in sources for line in src.splitlines())
 
 
 def peak_bytes(fn, device):
@@ -312,7 +208,7 @@ def measure(case, mode, compiled, ctx):
         row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items()
                                      if name != "eager" and name in outs}
     if case in whole.WHOLE:
-        _check_whole(row, outs, ref)
+        _check_whole(row, outs, ref, peers)
         del ref
     else:
         _check_stack(row, outs, eager, x, gy, mode)
@@ -340,15 +236,20 @@ def _check_stack(row, outs, eager, x, gy, mode):
         row["correct"] = all(e <= 2 * err64["eager"] for name, e in err64.items() if name != "eager")
 
 
-def _check_whole(row, outs, ref):
+def _check_whole(row, outs, ref, peers):
     """A whole model's row: each contender's error from the fp32 copy
     (logits; or loss and the input embedding's gradient), within
-    whole.ERROR_FACTOR of eager's own."""
+    whole.ERROR_FACTOR of eager's own. A peer beyond it is named in
+    ``peers_wrong``; the row's verdict is this project's contenders'."""
     err = {name: max(rel_err(g, r) for g, r in zip(out, ref)) for name, out in outs.items()}
     row["err_vs_fp32"] = err
-    others = [e for name, e in err.items() if name != "eager"]
-    row["max_rel_err"] = max(others)
-    row["correct"] = all(e <= max(whole.ERROR_FACTOR * err["eager"], 1e-5) for e in others)
+    bound = max(whole.ERROR_FACTOR * err["eager"], 1e-5)
+    ours = [e for name, e in err.items() if name != "eager" and name not in peers]
+    row["max_rel_err"] = max(ours)
+    row["correct"] = all(e <= bound for e in ours)
+    wrong = sorted(name for name in peers if name in err and err[name] > bound)
+    if wrong:
+        row["peers_wrong"] = wrong
 
 
 def table(rows):
@@ -371,7 +272,7 @@ def table(rows):
                      f'{f / e:>10.3f}x {ratio(r, "compile_fusion", 13)} {ratio(r, "eager_copy", 10)} {mem:>14} '
                      f'{r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
                      + (f' (eager {r["err_vs_fp32"]["eager"]:.1e} from fp32)' if "err_vs_fp32" in r else "")
-                     + peers
+                     + peers + "".join(f" [{n}: WRONG]" for n in r.get("peers_wrong", ()))
                      + "".join(f" [{n}: {why}]" for n, why in {**r.get("peers_missing", {}),
                                                                  **r.get("peer_errors", {})}.items())
                      + ("" if "same_code_as_eager" not in r else " same code: "

@@ -102,7 +102,7 @@ def build(case, device, dry_run):
 
 
 def unwrap(model):
-    """The module under torch.compile's wrapper and models.own_frame's."""
+    """The module under torch.compile's wrapper and compiled.own_frame's."""
     while hasattr(model, "_orig_mod") or type(model).__name__ == "OwnFrame":
         model = getattr(model, "_orig_mod", None) or model.inner
     return model
