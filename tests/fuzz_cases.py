@@ -232,8 +232,13 @@ def draw_compile(rng, device):
     return p
 
 
-# The compile route's models: (activation, K, N, bias).
-COMPILE_MODELS = (("gelu", 64, 96, True), ("relu", 128, 40, True), ("silu", 96, 128, False))
+# The compile route's models: (activation, K, N, bias, how the model writes
+# it: "module", the activation's twin after an nn.Linear; "formula",
+# transformers' NewGELUActivation (arithmetic) after one; "conv1d_formula",
+# the same after transformers' Conv1D, an addmm between reshapes).
+COMPILE_MODELS = (("gelu", 64, 96, True, "module"), ("relu", 128, 40, True, "module"),
+                  ("silu", 96, 128, False, "module"), ("gelu_tanh", 80, 64, True, "formula"),
+                  ("gelu_tanh", 64, 72, True, "conv1d_formula"))
 
 
 ROUTES = {

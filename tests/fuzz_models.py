@@ -265,11 +265,26 @@ def build_glu(case, data):
 _COMPILED = {}
 
 
+def _rows_dynamic(x):
+    torch._dynamo.mark_dynamic(x, 0)
+    return x
+
+
+def _compile_model_layers(act, k, n, has_bias, form):
+    """The compile route's model layers, as COMPILE_MODELS describes them."""
+    if form == "module":
+        return nn.Linear(k, n, bias=has_bias), _twin(act)
+    from transformers.activations import NewGELUActivation
+    from transformers.pytorch_utils import Conv1D
+    assert act == "gelu_tanh" and has_bias, (act, has_bias)  # what the formula computes, Conv1D's bias
+    return (nn.Linear(k, n) if form == "formula" else Conv1D(n, k)), NewGELUActivation()
+
+
 def build_compile(case, data):
     """The compile-fusion pass against compiled eager, both against float64."""
     p, dev = case.p, case.device
     dtype = _dtype(p)
-    act, k, n, has_bias = COMPILE_MODELS[p["model"]]
+    act, k, n, has_bias, form = COMPILE_MODELS[p["model"]]
     key = (p["model"], p["dtype"], p["train"], p["tf32"])
     if key not in _COMPILED:
         # Every pool model is an nn.Sequential (one code object for Dynamo):
@@ -281,14 +296,19 @@ def build_compile(case, data):
             if hasattr(config, name):
                 setattr(config, name, max(getattr(config, name), 1024))
         torch.manual_seed(p["model"])
-        base = nn.Sequential(nn.Linear(k, n, bias=has_bias), _twin(act)).to(device=dev, dtype=dtype)
+        base = nn.Sequential(*_compile_model_layers(act, k, n, has_bias, form)).to(device=dev, dtype=dtype)
+        # A formula's constants would be graph inputs with every size
+        # symbolic (dynamic=True, floats unspecialized), and no formula
+        # could be read: the rows alone are marked dynamic there, as
+        # automatic dynamic shapes would make them.
+        dynamic = True if form == "module" else None
         tga.enable_compile_fusion(True)
         try:
-            fused = torch.compile(copy.deepcopy(base), dynamic=True)
-            fused(torch.randn(8, k, device=dev, dtype=dtype, requires_grad=p["train"]))
+            fused = torch.compile(copy.deepcopy(base), dynamic=dynamic)
+            fused(_rows_dynamic(torch.randn(8, k, device=dev, dtype=dtype, requires_grad=p["train"])))
         finally:
             tga.enable_compile_fusion(False)
-        eager = torch.compile(copy.deepcopy(base), dynamic=True)
+        eager = torch.compile(copy.deepcopy(base), dynamic=dynamic)
         _COMPILED[key] = (base, fused, eager)
     base, fused, eager = _COMPILED[key]
     m = p["m"]
@@ -302,13 +322,13 @@ def build_compile(case, data):
     def ours():
         tga.enable_compile_fusion(True)
         try:
-            y = fused(inputs["x"])
+            y = fused(_rows_dynamic(inputs["x"]))
         finally:
             tga.enable_compile_fusion(False)
         return (y,), y
 
     def theirs():
-        y = eager(inputs["x"])
+        y = eager(_rows_dynamic(inputs["x"]))
         return (y,), y
 
     def theirs_alt():
@@ -317,8 +337,9 @@ def build_compile(case, data):
 
     def ref(t64, hint):
         w = lin.weight.detach().double()
-        z = t64["x"] @ w.t()
-        mag = _mag(t64["x"], w.t())
+        b = w.t() if isinstance(lin, nn.Linear) else w  # Conv1D's weight is [K, N]
+        z = t64["x"] @ b
+        mag = _mag(t64["x"], b)
         if lin.bias is not None:
             z, mag = z + lin.bias.detach().double(), mag + lin.bias.detach().double().abs()
         return (act64(z, mag, act, 0.01, hint, unit),)

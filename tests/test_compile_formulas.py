@@ -106,6 +106,27 @@ def test_gpt2_compiles_fused_and_chained(fusion, training):
     assert (fusion.formulas, fusion.fused, fusion.chained) == (2, 2, 2)
 
 
+def test_conv1d_formula_with_dynamic_rows(fusion):
+    """Conv1D -> NewGELUActivation -> Conv1D with the rows dynamic (as
+    automatic dynamic shapes make them): one compilation, fused and chained
+    at every row count, the reshapes' symbolic sizes read as sizes."""
+    from transformers.pytorch_utils import Conv1D
+    torch.manual_seed(0)
+    model = nn.Sequential(Conv1D(24, 16), hf.NewGELUActivation(), Conv1D(8, 24))
+    by_hand = tga.fuse_linear_act(copy.deepcopy(model))
+    compiled = torch.compile(model)
+    for rows in (5, 9, 17):
+        x = torch.randn(rows, 16, requires_grad=True)
+        torch._dynamo.mark_dynamic(x, 0)
+        x_hand = x.detach().clone().requires_grad_()
+        y, y_hand = compiled(x), by_hand(x_hand)
+        torch.testing.assert_close(y, y_hand, rtol=1e-5, atol=1e-5)
+        y.sum().backward()
+        y_hand.sum().backward()
+        torch.testing.assert_close(x.grad, x_hand.grad, rtol=1e-5, atol=1e-5)
+    assert (fusion.formulas, fusion.fused, fusion.chained) == (1, 1, 1)
+
+
 def test_reshape_read_by_other_ops_is_kept(fusion):
     """A reshape back to the GEMM's shape is dropped only where GEMMs alone
     read it; read by anything else, it stays (the values are the same

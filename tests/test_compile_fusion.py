@@ -102,6 +102,25 @@ def test_the_switch_turns_it_off_and_keeps_a_pass_set_before():
         torch._dynamo.reset()
 
 
+def test_a_plain_function_set_before_runs_first():
+    """A pass set before as a plain function (no uuid): it still runs, and
+    Inductor is told the pair cannot be cached (uuid None), not an error."""
+    calls = []
+    torch._inductor.config.pre_grad_custom_pass = lambda graph: calls.append(len(graph.nodes))
+    try:
+        tga.enable_compile_fusion()
+        fusion_pass = torch._inductor.config.pre_grad_custom_pass
+        assert fusion_pass.uuid() is None
+        torch._dynamo.reset()
+        with torch._inductor.config.patch(fx_graph_cache=False):
+            torch.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), fullgraph=True)(torch.randn(2, 4))
+        assert calls and fusion_pass.fused == 1
+    finally:
+        tga.enable_compile_fusion(False)
+        torch._inductor.config.pre_grad_custom_pass = None
+        torch._dynamo.reset()
+
+
 def test_addmm_with_a_bias_per_column_only(fusion):
     """torch.addmm(b, x, w), as transformers' Conv1D computes, is fused when b
     is a bias per column; with a full [M, N] input (a C) it is left."""

@@ -61,19 +61,26 @@ def _is_arithmetic(node):
 
 
 def _is_reshape(node):
-    """A view or reshape to a shape (not a dtype view), one input."""
+    """A view or reshape of one tensor to a shape (sizes, symbolic ones
+    included; not a dtype view)."""
     if node.op == "call_method" and node.target in _RESHAPE_METHODS or \
             node.op == "call_function" and node.target is torch.reshape:
         before, after = _value(node.args[0]) if node.args else None, _value(node)
+        sizes = _nodes_in((node.args[1:], node.kwargs))
         return isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and before.dtype == after.dtype \
-            and len(_nodes_in((node.args[1:], node.kwargs))) == 0
+            and not any(isinstance(_value(n), torch.Tensor) or _value(n) is None for n in sizes)
     return False
 
 
-def _static_shape(node):
-    value = _value(node)
-    shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
-    return shape if shape is not None and all(type(d) is int for d in shape) else None
+def _same_shape(a, b):
+    """Whether nodes a and b hold tensors known to be of one shape, without
+    adding a guard (symbolic sizes compare where they are known equal)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    va, vb = _value(a), _value(b)
+    if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)) or va.dim() != vb.dim():
+        return False
+    return all(x is y or statically_known_true(x == y) for x, y in zip(va.shape, vb.shape))
 
 
 def _sole_user(node):
@@ -209,8 +216,7 @@ def _drop_round_trip(graph, node, is_gemm):
     source = node.args[0]
     while isinstance(source, torch.fx.Node) and _is_reshape(source):
         source = source.args[0]
-    shape = _static_shape(node)
-    if shape is None or _static_shape(source) != shape:
+    if not _same_shape(source, node):
         return
     chain = node.args[0]
     node.replace_all_uses_with(source)

@@ -246,7 +246,13 @@ class _FusionPass(CustomGraphPass):
         self.gated += gated
 
     def uuid(self):
-        previous = self.previous.uuid() if self.previous is not None else None
+        previous = None
+        if self.previous is not None:
+            if not callable(getattr(self.previous, "uuid", None)):
+                return None  # a plain function before this pass: Inductor caches nothing it passes through
+            previous = self.previous.uuid()
+            if previous is None:
+                return None
         # The pass and the rules it applies, and the testing switch they read.
         files = (__file__, _policy.__file__, _canonical.__file__, _match.__file__)
         return (get_hash_for_files(files), _policy._operator_everywhere, previous)
