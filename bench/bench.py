@@ -34,15 +34,7 @@ Writes <UTC time>_<short commit>.json and a .png beside it to bench/results/
 and exits 0. `python bench/summarize.py RESULTS.json --plot` redraws the plot
 and prints a markdown table on any machine.
 
-ADDMM NOTE: torch._addmm_activation(..., use_gelu=True) is the tanh-approximate
-GELU on CUDA (cuBLASLt's GELU epilogue is the tanh form, and the non-Lt
-fallback calls at::gelu_(result, "tanh")), but the exact erf GELU on CPU
-(aten/src/ATen/native/LinearAlgebra.cpp calls at::gelu_(result) there). So on
-the GPU it matches "gelu_tanh" and NOT the "gelu" (erf) rows of shapes.json;
-rather than hard-code that, the script probes it per dtype at start-up on
-exactly representable inputs and includes it only in rows it matches. For
-activation "none" the same cuBLASLt bias epilogue is torch.addmm(bias, a, w.t()),
-which is timed under the addmm_activation key (the row says which function ran).
+ADDMM NOTE: see op_contenders.probe_addmm_gelu.
 """
 
 import argparse
@@ -51,8 +43,6 @@ import gc
 import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import time
 import zlib
@@ -63,289 +53,16 @@ sys.path.insert(0, HERE)   # summarize.py: the table and the plot live there
 sys.path.insert(0, REPO)   # the package, also when built in place without pip install
 
 import summarize  # noqa: E402
+from op_contenders import (  # noqa: E402  (tolerances, eager's code, the addmm probe)
+    KINK_GRAD_TOLERANCE, TOLERANCE, _short_err, default_shapes_path, load_shapes, make_eager, modes_for, probe_addmm_gelu, rel_err)
+from harness import TURNS_DESC, compile_in_process, host_launch_us, source_ids, time_in_turns  # noqa: E402,F401
 
 CONTENDERS = summarize.CONTENDERS
 MODES = summarize.MODES
 
-# Normwise tolerance: max |x - eager| / max |eager|. bf16/fp16: a few output
-# ulps of the largest value; fp32 exact FMA: summation order only; TF32: 10-bit
-# mantissa products.
-TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float32+tf32": 1e-2, "float64": 1e-10}
-# Gradients of relu / leaky_relu in fp16/bf16: gemm_act rounds Z once from
-# fp32, eager rounds the GEMM's output and then adds the bias, so a few
-# pre-activations within an ulp of 0 land on the other side of the kink and
-# their whole gY flips in or out of dZ (measured: ~3e-2 normwise in dA, dW).
-KINK_GRAD_TOLERANCE = 6e-2
-
-
-# --------------------------------------------------------------------------- helpers
-
-def default_shapes_path():
-    shared = os.path.normpath(os.path.join(REPO, "..", "shared", "shapes.json"))
-    return shared if os.path.exists(shared) else os.path.join(HERE, "shapes.json")
-
-
-def _git(*args):
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    s = out.stdout.strip()
-    return s if out.returncode == 0 and s else None
-
-
-def source_ids():
-    """(commit, csrc_tree, where from, dirty): GEMM_ACT_COMMIT / GEMM_ACT_CSRC_TREE
-    when set (a copied tree may carry a stale .git), else git if this is a checkout."""
-    if os.environ.get("GEMM_ACT_COMMIT"):
-        return (os.environ["GEMM_ACT_COMMIT"], os.environ.get("GEMM_ACT_CSRC_TREE", "unknown"),
-                "env", None)
-    top = _git("rev-parse", "--show-toplevel")
-    # A copy of the working tree without .git must not pick up a parent repository.
-    if top and os.path.realpath(top) == os.path.realpath(REPO):
-        commit, tree = _git("rev-parse", "HEAD"), _git("rev-parse", "HEAD:csrc")
-        if commit:
-            dirty = _git("status", "--porcelain", "--", "csrc", "torch_gemm_act", "setup.py")
-            return commit, tree or "unknown", "git", bool(dirty)
-    return "unknown", "unknown", "none", None
-
-
-def load_shapes(path):
-    with open(path) as f:
-        spec = json.load(f)
-    groups = {k: v for k, v in spec.items() if isinstance(v, list)}
-    if not groups:
-        raise SystemExit(f"{path}: no groups of shapes (lists) found")
-    return groups
-
-
-def modes_for(group, row, args):
-    if "modes" in row:
-        modes = list(row["modes"])
-    elif group in ("inference", "sm80"):
-        modes = ["inference"]
-    elif group == "cublaslt":
-        modes = ["inference", "forward"]
-    else:
-        modes = list(MODES)
-    if args.quick:
-        modes = [m for m in modes if m != "forward_backward"]
-    if args.modes:
-        modes = [m for m in modes if m in args.modes]
-    return modes
-
-
-def rel_err(x, ref):
-    """max |x - ref| / max |ref| (normwise, so near-zero outputs don't blow it up); NaN -> inf."""
-    x, ref = x.detach().float(), ref.detach().float()
-    if x.shape != ref.shape:
-        return float("inf")
-    d = (x - ref).abs().max().item() if x.numel() else 0.0
-    r = ref.abs().max().item() if ref.numel() else 0.0
-    del x, ref
-    if not math.isfinite(d):
-        return float("inf")
-    return d / max(r, 1e-30)
-
-
-def torch_act(name, negative_slope=0.01):
-    """The activation's PyTorch twin (torch_gemm_act.activations), as its
-    forward function: no module-call overhead in the eager contender."""
-    import torch_gemm_act
-    return torch_gemm_act.activations._torch_module(name, negative_slope).forward
-
-
-def make_eager(activation):
-    import torch.nn.functional as F
-    import torch_gemm_act
-
-    if activation in torch_gemm_act.GATED:
-        gate = torch_act(torch_gemm_act.GATED[activation])
-
-        def eager_gated(a, w_gate, w_up):
-            # A Llama-style MLP's first half as transformers writes it.
-            return gate(F.linear(a, w_gate)) * F.linear(a, w_up)
-        return eager_gated
-    act = torch_act(activation)
-
-    def eager(a, w, bias):
-        return act(F.linear(a, w, bias))
-    return eager
-
-
-
-def probe_addmm_gelu(dtype, device):
-    """Which GELU torch._addmm_activation(use_gelu=True) computes here: 'erf', 'tanh' or 'unknown'.
-
-    Z[m, n] = z_m + bias_n with z_m on a 1/16 grid over [-6, 2) and bias on a
-    1/16 grid, all exact in every dtype and accumulator, so the only rounding
-    is the output's. Where the two GELUs (in float64) differ by more than two
-    output ulps, the output must sit closer to the one it computes (in >95% of
-    those elements; else 'unknown', and the contender is left out).
-    """
-    import torch
-    import torch.nn.functional as F
-    M, K, N = 128, 8, 64
-    a = torch.zeros(M, K, dtype=torch.float64)
-    a[:, 0] = torch.arange(M, dtype=torch.float64) / 16 - 6
-    w = torch.zeros(N, K, dtype=torch.float64)
-    w[:, 0] = 1
-    b = (torch.arange(N, dtype=torch.float64) % 17 - 8) / 16
-    z = torch.addmm(b, a, w.t())
-    try:
-        with torch.no_grad():
-            y = torch._addmm_activation(b.to(device, dtype), a.to(device, dtype),
-                                        w.to(device, dtype).t(), use_gelu=True)
-        y = y.double().cpu()
-    except Exception as e:  # noqa: BLE001
-        print(f"probe of _addmm_activation({dtype}) failed: {_short_err(e)}", file=sys.stderr)
-        return "unknown"
-    erf, tanh = F.gelu(z), F.gelu(z, approximate="tanh")
-    eps = torch.finfo(dtype).eps
-    diff = (erf - tanh).abs()
-    # Far in the negative tail both round to ~0 (1 + erf(x) cancels): compare only
-    # where the forms differ by > 2 output ulps and by > 1% of their largest gap.
-    mask = (diff > 2 * eps * erf.abs()) & (diff > 1e-2 * diff.max()) & (z > -4.5)
-    if int(mask.sum()) < 50:
-        return "unknown"
-    closer_to_erf = ((y - erf).abs() < (y - tanh).abs())[mask].double().mean().item()
-    kind, ref = ("erf", erf) if closer_to_erf > 0.95 else ("tanh", tanh) if closer_to_erf < 0.05 else (None, None)
-    # ...and it must be that GELU everywhere, within a couple of output ulps.
-    if kind is None or (y - ref).abs().max().item() > 2 * eps * ref.abs().max().item():
-        return "unknown"
-    return kind
-
-
-def compile_in_process():
-    """Inductor compiles in this process from now on. Its pool of compile
-    workers starts with the first compilation and again with any after a
-    minute idle (quiesced); the workers' start competes for the host's
-    cores while the contenders after it are timed, and a host-bound one
-    reads that as its own time (not measured apart: the compiled GPT-2
-    rows were level with compile fusion's once it was gone). The code
-    Inductor generates is the same."""
-    import torch
-    torch._inductor.config.compile_threads = 1
-
-
-def host_launch_us(device, calls=500):
-    """This host's speed at what host-bound rows spend their time on: the
-    median host us per launch of a one-element in-place add, the GPU held
-    by a spin kernel meanwhile (so no call waits on it, and `calls` stay
-    well below the launch queue's depth, beyond which the host would wait
-    for the GPU); None on the CPU.
-    Host-bound rows of two runs compare only beside it: the same code read
-    0.336 and 0.631 ms a step on two hosts (bench/README.md)."""
-    import torch
-    if device != "cuda":
-        return None
-    x = torch.zeros(1, device="cuda")
-    times = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(50_000_000)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            x.add_(1)
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    torch.cuda.synchronize()
-    return round(statistics.median(times), 2)
-
-
-def time_in_turns(fns, args, device, seed=0, errors=None):
-    """name -> (median ms per call, interquartile range / median): the
-    contenders take turns call by call, in a fresh random order each turn,
-    the L2 cache flushed before each call and every call timed by its own
-    pair of CUDA events, for about args.rounds * args.rep ms each after
-    args.warmup ms each of warm-up in turns. With ``errors`` (a dict), a
-    contender whose call raises is recorded there (name -> the exception)
-    and left out from then on; without, the exception propagates.
-
-    Why turns of one call rather than do_bench's runs of ~100 ms one
-    contender after another: on the lent hosts a model step's time drifts
-    in episodes of about that length, and a run falls in or out of them
-    whole (two identical models read far apart); in turns of one call each
-    episode costs all contenders alike (docs/MEASUREMENTS.md, "Timing")."""
-    import random
-
-    import torch
-
-    names = [n for n in fns if errors is None or n not in errors]
-
-    def call(n):
-        """fns[n](); False where it raised and errors takes the exception."""
-        try:
-            fns[n]()
-            return True
-        except Exception as e:  # noqa: BLE001
-            if errors is None:
-                raise
-            errors[n] = e
-            names.remove(n)
-            if device == "cuda":
-                torch.cuda.empty_cache()
-            return False
-
-    if device == "cpu":  # --cpu-dry-run only: checks the plumbing
-        times = {n: [] for n in names}
-        for _ in range(3):
-            for n in list(names):
-                t0 = time.perf_counter()
-                if call(n):
-                    times[n].append((time.perf_counter() - t0) * 1e3)
-        return {n: (statistics.median(times[n]), 0.0) for n in names}
-
-    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    for n in list(names):
-        call(n)
-    torch.cuda.synchronize()
-    if not names:
-        return {}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        for n in list(names):
-            cache.zero_()
-            call(n)
-    end.record()
-    torch.cuda.synchronize()
-    per_call = max(start.elapsed_time(end) / (3 * len(names)), 1e-3)
-    warmup = max(1, int(args.warmup / per_call))
-    calls = max(4, int(args.rounds * args.rep / per_call))
-    for _ in range(warmup):
-        for n in list(names):
-            call(n)
-    events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(calls)] for n in names}
-    rng = random.Random(seed)
-    for i in range(calls):
-        turn = list(names)
-        rng.shuffle(turn)
-        for n in turn:
-            cache.zero_()
-            s, e = events[n][i]
-            s.record()
-            if call(n):
-                e.record()
-    torch.cuda.synchronize()
-    out = {}
-    for n in names:
-        q1, q2, q3 = statistics.quantiles([s.elapsed_time(e) for s, e in events[n]], n=4)
-        out[n] = (q2, (q3 - q1) / q2)
-    return out
-
-
-TURNS_DESC = ("median of each contender's calls, timed call by call by CUDA events with the L2 cache flushed "
-              "before each, the contenders taking turns in a fresh random order each turn (time_in_turns)")
-
-
 def _finite_or_str(x):
     """Keep the JSON strict: a NaN/inf error is stored as the string "inf"."""
     return x if math.isfinite(x) else "inf"
-
-
-def _short_err(e):
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
 
 
 # --------------------------------------------------------------------------- one shape

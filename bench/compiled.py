@@ -6,7 +6,7 @@ for each, to tell which contenders run the same kernels."""
 import contextlib
 import copy
 
-import bench
+import harness
 
 
 def own_frame(model, name):
@@ -58,7 +58,7 @@ def contenders(eager, fused, compiled, control=False, peers=None, in_process=Tru
     runs eager's computation, so its ratio to eager is what the bench reads
     between two identical steps (their order and the clock's drift), the
     spread any other ratio of the row carries. ``in_process``: Inductor
-    compiles in this process (bench.compile_in_process), else with its pool
+    compiles in this process (harness.compile_in_process), else with its pool
     of workers (the whole models: many kernels, a GPU-bound step)."""
     import torch
 
@@ -68,7 +68,7 @@ def contenders(eager, fused, compiled, control=False, peers=None, in_process=Tru
     if not compiled:
         return models
     if in_process:
-        bench.compile_in_process()
+        harness.compile_in_process()
     else:
         torch._inductor.config.compile_threads = torch._inductor.config.decide_compile_threads()
     torch.compiler.reset()

@@ -11,7 +11,7 @@ torch_gemm_act.fuse_linear_act, side by side in one run.
 For each case, mode (inference: a no_grad forward; training: forward and
 backward, with a fixed random output gradient for a stack, the library's
 own loss for a whole model) and compilation (eager mode, torch.compile), it
-times the eager and the fused model (bench.time_in_turns: the median of
+times the eager and the fused model (harness.time_in_turns: the median of
 each one's calls, taken in turns call by call), the peers where one applies
 (whole.peers), and, compiled, the eager model compiled unchanged with
 torch_gemm_act.enable_compile_fusion() on (`compile_fusion`); records the
@@ -35,7 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import bench  # noqa: E402  (source ids, the timer, the repository on sys.path)
+import harness  # noqa: E402  (source ids, the timer, the repository on sys.path)
 import whole  # noqa: E402  (the whole_* cases)
 from compiled import contenders, first_call, generated_code  # noqa: E402
 
@@ -216,7 +216,7 @@ def measure(case, mode, compiled, ctx):
     for name, fn in fns.items():
         row["peak_bytes"][name] = peak_bytes(fn, device)
     timing = args if case not in whole.WHOLE else argparse.Namespace(**{**vars(args), "rep": args.whole_rep})
-    timed = bench.time_in_turns(fns, timing, device)
+    timed = harness.time_in_turns(fns, timing, device)
     row["ms"] = {name: ms for name, (ms, _) in timed.items()}
     row["iqr_rel"] = {name: round(iqr, 4) for name, (_, iqr) in timed.items()}
     return row
@@ -347,8 +347,8 @@ def _run(args):
     else:
         print("no CUDA GPU: nothing to measure (--cpu-dry-run checks the script)")
         return 0
-    commit, csrc_tree, ids_from, dirty = bench.source_ids()
-    host_us = {"before": bench.host_launch_us(device)}
+    commit, csrc_tree, ids_from, dirty = harness.source_ids()
+    host_us = {"before": harness.host_launch_us(device)}
     ctx = {"args": args, "device": device}
     rows = []
     t0 = time.perf_counter()
@@ -358,7 +358,7 @@ def _run(args):
     results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                "torch": torch.__version__, "commit": commit, "csrc_tree": csrc_tree,
                "ids_from": ids_from, "dirty": dirty,
-               "timer": f"{bench.TURNS_DESC}, about {args.rounds} x {args.rep} ms each "
+               "timer": f"{harness.TURNS_DESC}, about {args.rounds} x {args.rep} ms each "
                         f"({args.whole_rep} ms for the whole models)",
                "host_launch_us": host_us, "rows": rows}
 
@@ -373,7 +373,7 @@ def _run(args):
                 rows.append(measure(case, mode, compiled, ctx))
                 write()
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
-    host_us["after"] = bench.host_launch_us(device)
+    host_us["after"] = harness.host_launch_us(device)
     write()
     drew = plot(rows, base + ".png")
     print(f"\nresults: {base}.json" + (f"\nplot:    {base}.png" if drew else ""))
