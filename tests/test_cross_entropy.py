@@ -1,0 +1,195 @@
+"""linear_cross_entropy and LinearCrossEntropy against F.cross_entropy of
+the materialised logits: float64 as the reference, PyTorch's own
+same-dtype error as the bar; every reduction, ignore_index, label
+smoothing, softcap, bias, odd vocabularies, several chunks; clear errors
+for bad input; the custom ops' registrations (opcheck) and torch.compile."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_gemm_act as tga
+from conftest import requires_cuda
+from torch_gemm_act import cross_entropy
+
+DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 128 vocabulary columns: several per call at test sizes."""
+    monkeypatch.setattr(cross_entropy, "_CHUNK_BYTES", 1)
+
+
+def _reference(h, w, t, b, reduction, label_smoothing, softcap, ignore_index=-100):
+    z = F.linear(h, w, b)
+    if softcap:
+        z = softcap * torch.tanh(z / softcap)
+    return F.cross_entropy(z.float() if z.dtype in (torch.float16, torch.bfloat16) else z, t,
+                           reduction=reduction, label_smoothing=label_smoothing, ignore_index=ignore_index)
+
+
+def _err(got, ref):
+    ref = ref.double()
+    scale = ref.abs().max().item() or 1.0
+    return (got.double() - ref).abs().max().item() / scale
+
+
+def _case(tokens, dim, vocab, dtype, bias, device="cpu"):
+    g = torch.Generator().manual_seed(tokens * 1000 + vocab)
+    h = torch.randn(tokens, dim, generator=g, dtype=torch.float64)
+    w = torch.randn(vocab, dim, generator=g, dtype=torch.float64) / dim ** 0.5
+    b = torch.randn(vocab, generator=g, dtype=torch.float64) if bias else None
+    t = torch.randint(vocab, (tokens,), generator=g)
+    t[::7] = -100
+    to = dict(device=device)
+    return (h.to(**to), w.to(**to), b.to(**to) if bias else None, t.to(**to))
+
+
+def _check(dtype, tokens, dim, vocab, bias, reduction, label_smoothing, softcap, device="cpu"):
+    h64, w64, b64, t = _case(tokens, dim, vocab, dtype, bias, device)
+    leaves64 = [x.clone().requires_grad_() for x in (h64, w64) + ((b64,) if bias else ())]
+    leaves = [x.detach().to(dtype).requires_grad_() for x in leaves64]
+    eager_leaves = [x.detach().to(dtype).requires_grad_() for x in leaves64]
+
+    def split(xs):
+        return xs[0], xs[1], xs[2] if bias else None
+
+    ref = _reference(*split(leaves64)[:2], t, split(leaves64)[2], reduction, label_smoothing, softcap)
+    ours = tga.linear_cross_entropy(*split(leaves)[:2], t, split(leaves)[2], reduction=reduction,
+                                    label_smoothing=label_smoothing, softcap=softcap)
+    eager = _reference(*split(eager_leaves)[:2], t, split(eager_leaves)[2], reduction, label_smoothing, softcap)
+    assert ours.dtype == dtype and ours.shape == ref.shape
+    grad = torch.randn(ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(device)
+    ref_grads = torch.autograd.grad(ref, leaves64, grad)
+    our_grads = torch.autograd.grad(ours, leaves, grad.to(dtype))
+    eager_grads = torch.autograd.grad(eager, eager_leaves, grad.to(eager.dtype))
+    # PyTorch's own same-dtype error is the bar (3x, and a floor per precision).
+    floor = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}[dtype]
+    for got, want, theirs in zip((ours,) + our_grads, (ref,) + ref_grads, (eager,) + eager_grads):
+        assert _err(got, want) <= max(3 * _err(theirs, want), floor), (_err(got, want), _err(theirs, want))
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing,softcap,bias", [(0.0, None, False), (0.1, None, True),
+                                                          (0.0, 30.0, False), (0.2, 5.0, True)])
+def test_matches_cross_entropy_of_the_logits(dtype, reduction, label_smoothing, softcap, bias):
+    _check(dtype, 45, 40, 1031, bias, reduction, label_smoothing, softcap)
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("vocab", [1, 2, 127, 128, 129, 300])
+def test_odd_vocabularies(vocab):
+    _check(torch.float32, 13, 8, vocab, True, "mean", 0.05, None)
+
+
+def test_leading_dimensions_and_lse():
+    h, w, b, t = _case(24, 16, 200, torch.float64, True)
+    loss, lse = tga.linear_cross_entropy(h.reshape(4, 6, 16), w, t.reshape(4, 6), b, reduction="none",
+                                         return_lse=True)
+    assert loss.shape == lse.shape == (4, 6)
+    torch.testing.assert_close(loss.reshape(-1), _reference(h, w, t, b, "none", 0.0, None))
+    torch.testing.assert_close(lse.reshape(-1), torch.logsumexp(F.linear(h, w, b), -1))
+
+
+def test_every_row_ignored_is_nan_as_pytorch():
+    h, w, _, t = _case(5, 8, 50, torch.float64, False)
+    t[:] = -100
+    got = tga.linear_cross_entropy(h, w, t)
+    assert torch.isnan(got) and torch.isnan(F.cross_entropy(F.linear(h, w), t))
+    assert tga.linear_cross_entropy(h, w, t, reduction="sum") == 0
+
+
+def test_custom_ignore_index():
+    h, w, _, t = _case(20, 8, 50, torch.float64, False)
+    t[t == -100] = 7
+    got = tga.linear_cross_entropy(h, w, t, ignore_index=7)
+    torch.testing.assert_close(got, _reference(h, w, t, None, "mean", 0.0, None, ignore_index=7))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda h, w, t: tga.linear_cross_entropy(h, w[:, :5], t), ValueError, "hidden"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, t[:3]), ValueError, "leading shape"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, t.double()), TypeError, "class indices"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, t, torch.zeros(3)), ValueError, "bias"),
+    (lambda h, w, t: tga.linear_cross_entropy(h.double(), w, t), TypeError, "dtype"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, t, reduction="avg"), ValueError, "reduction"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, t, label_smoothing=1.5), ValueError, "label_smoothing"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, t, softcap=0.0), ValueError, "softcap"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, torch.full_like(t, 50)), IndexError, "out of bounds"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w, torch.full_like(t, -2)), IndexError, "out of bounds"),
+])
+def test_bad_input_says_what_was_given(call, error, match):
+    h, w, t = torch.randn(6, 8), torch.randn(50, 8), torch.randint(50, (6,))
+    with pytest.raises(error, match=match):
+        call(h, w, t)
+
+
+def test_module_is_a_linear():
+    torch.manual_seed(0)
+    head = tga.LinearCrossEntropy(16, 100, bias=True, label_smoothing=0.1)
+    linear = torch.nn.Linear(16, 100)
+    linear.load_state_dict(head.state_dict())
+    assert isinstance(head, torch.nn.Linear) and set(head.state_dict()) == {"weight", "bias"}
+    h, t = torch.randn(2, 9, 16), torch.randint(100, (2, 9))
+    torch.testing.assert_close(head(h, t), F.cross_entropy(linear(h).reshape(-1, 100), t.reshape(-1),
+                                                           label_smoothing=0.1))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_opcheck(bias):
+    h, w, b, t = _case(10, 8, 300, torch.float32, bias)
+    h.requires_grad_()
+    w.requires_grad_()
+    args = (h, w, t, b, -100, 1, 0.1, 0.0)
+    torch.library.opcheck(torch.ops.gemm_act.linear_cross_entropy.default, args)
+    _, lse = torch.ops.gemm_act.linear_cross_entropy(*args)
+    grad = torch.tensor(1.0)
+    torch.library.opcheck(torch.ops.gemm_act.linear_cross_entropy_backward.default,
+                          (grad, h.detach(), w.detach(), t, b, lse.detach(), -100, 1, 0.1, 0.0, [True, True, bias]))
+
+
+def test_compiles_in_one_graph():
+    h, w, b, t = _case(12, 8, 300, torch.float32, True)
+    h.requires_grad_()
+
+    def step(h, w, t, b):
+        return tga.linear_cross_entropy(h, w, t, b, label_smoothing=0.1)
+    loss = torch.compile(step, fullgraph=True)(h, w, t, b)
+    torch.testing.assert_close(loss, step(h, w, t, b))
+    loss.backward()
+    h2 = h.detach().requires_grad_()
+    step(h2, w, t, b).backward()
+    torch.testing.assert_close(h.grad, h2.grad)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_matches_cross_entropy_cuda(dtype):
+    _check(dtype, 300, 64, 5003, True, "mean", 0.1, None, device="cuda")
+    _check(dtype, 257, 96, 3001, False, "none", 0.0, 30.0, device="cuda")
+
+
+@requires_cuda
+def test_out_of_bounds_target_cuda():
+    h, w = torch.randn(6, 8, device="cuda"), torch.randn(50, 8, device="cuda")
+    with pytest.raises(RuntimeError):
+        tga.linear_cross_entropy(h, w, torch.full((6,), 50, device="cuda"))
+        torch.cuda.synchronize()
+
+
+def test_under_autocast_as_pytorch():
+    """Under autocast, as F.linear and F.cross_entropy run there: the GEMMs in
+    autocast's dtype, the loss fp32; gradients in the parameters' dtype."""
+    h64, w64, b64, t = _case(40, 32, 700, torch.float64, True)
+    h, w, b = (x.float().requires_grad_() for x in (h64, w64, b64))
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = tga.linear_cross_entropy(h, w, t, b)
+        eager = F.cross_entropy(F.linear(h, w, b), t)
+    assert loss.dtype == eager.dtype == torch.float32
+    ref = _reference(h64, w64, t, b64, "mean", 0.0, None)
+    assert _err(loss, ref) <= max(3 * _err(eager, ref), 2e-2)
+    loss.backward()
+    assert h.grad.dtype == w.grad.dtype == torch.float32

@@ -1,0 +1,248 @@
+"""linear_cross_entropy: F.cross_entropy(hidden @ weight.T + bias, target)
+and its gradients without the logits ([tokens, vocabulary]) ever held
+whole: a language model's head and its loss as one operator.
+
+The chunked path (every device): the vocabulary in chunks (rule
+ce_chunk), each chunk's logits a GEMM into fp32. The forward keeps each
+row's running max and sum of exponentials (log-sum-exp, fp32; float64 for float64 inputs), the target's logit
+and, with label smoothing, the logits' sum; it saves the log-sum-exp. The
+backward computes each chunk's logits again, forms softmax - onehot (with
+smoothing, softcap, ignore_index and the incoming gradient) and feeds it
+to two GEMMs: weight's gradient rows for the chunk, whole, and hidden's
+gradient summed over chunks in fp32. The GEMMs run in the inputs' dtype,
+as eager's F.linear and its backward do.
+"""
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from ._rules import NUMBERS
+
+__all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
+
+_REDUCTIONS = ("none", "mean", "sum")
+# rule ce_chunk: a chunk's fp32 logits take about this many bytes.
+_CHUNK_BYTES = 1 << NUMBERS["CE_CHUNK_BYTES_LOG2"]
+
+
+def _chunk_columns(tokens, vocab):
+    """Vocabulary columns per chunk (rule ce_chunk), a multiple of 128."""
+    columns = _CHUNK_BYTES // (4 * max(tokens, 1))
+    return min(vocab, max(128, columns // 128 * 128))
+
+
+def _accumulates_in(dtype):
+    """fp32, or float64 for float64 inputs: the logits' and the sums' dtype."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _logits(hidden, weight, bias, softcap):
+    """A chunk's logits, fp32 or wider (softcapped: softcap * tanh(logits /
+    softcap)), and the raw ones' tanh over softcap."""
+    z = nn.functional.linear(hidden, weight, bias).to(_accumulates_in(hidden.dtype))
+    if not softcap:
+        return z, None
+    t = torch.tanh(z / softcap)
+    return softcap * t, t
+
+
+@torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
+def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
+             reduction: int, label_smoothing: float, softcap: float) -> tuple[Tensor, Tensor]:
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    valid = target != ignore_index
+    _check_targets(target, valid, vocab)
+    safe = torch.where(valid, target, 0)
+    acc = dict(device=hidden.device, dtype=_accumulates_in(hidden.dtype))
+    running_max = torch.full((tokens,), -math.inf, **acc)
+    running_sum = torch.zeros(tokens, **acc)
+    target_logit = torch.zeros(tokens, **acc)
+    logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
+    step = _chunk_columns(tokens, vocab)
+    for v0 in range(0, vocab, step):
+        v1 = min(v0 + step, vocab)
+        z, _ = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
+        chunk_max = z.amax(dim=1)
+        new_max = torch.maximum(running_max, chunk_max)
+        # exp(-inf - -inf) where a row has seen only -inf: keep its sum at 0.
+        rescale = torch.where(running_max == -math.inf, 0.0, torch.exp(running_max - new_max))
+        running_sum = running_sum * rescale + torch.exp(z - new_max[:, None]).sum(dim=1)
+        running_max = new_max
+        inside = (safe >= v0) & (safe < v1)
+        picked = z.gather(1, (safe - v0).clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
+        target_logit = torch.where(inside, picked, target_logit)
+        if logit_sum is not None:
+            logit_sum += z.sum(dim=1)
+        del z
+    lse = running_max + torch.log(running_sum)
+    loss = lse - (1.0 - label_smoothing) * target_logit
+    if logit_sum is not None:
+        loss = loss - label_smoothing * logit_sum / vocab
+    loss = torch.where(valid, loss, 0.0)
+    if reduction == 1:
+        loss = loss.sum() / valid.sum()
+    elif reduction == 2:
+        loss = loss.sum()
+    return loss.to(hidden.dtype), lse
+
+
+def _check_targets(target, valid, vocab):
+    """A target outside [0, vocab) that is not ignore_index: an IndexError on
+    the CPU, as F.cross_entropy raises; on CUDA an asynchronous device
+    assert, as F.cross_entropy's own kernel gives (no synchronisation)."""
+    bad = valid & ((target < 0) | (target >= vocab))
+    if target.is_cuda:
+        torch._assert_async(~bad.any(), "linear_cross_entropy: a target is out of bounds [0, vocab)")
+    elif bad.any():
+        first = target[bad][0].item()
+        raise IndexError(f"linear_cross_entropy: target {first} is out of bounds for a vocabulary of {vocab}")
+
+
+@_forward.register_fake
+def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
+    loss = hidden.new_empty(target.shape if reduction == 0 else ())
+    return loss, hidden.new_empty(target.shape, dtype=_accumulates_in(hidden.dtype))
+
+
+@torch.library.custom_op("gemm_act::linear_cross_entropy_backward", mutates_args=())
+def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], lse: Tensor,
+              ignore_index: int, reduction: int, label_smoothing: float, softcap: float,
+              needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    valid = target != ignore_index
+    safe = torch.where(valid, target, 0)
+    # The incoming gradient per row: mean divides by the rows that count.
+    acc = _accumulates_in(hidden.dtype)
+    scale = grad.to(acc) / valid.sum() if reduction == 1 else grad.to(acc)
+    scale = torch.where(valid, scale.expand(tokens), 0.0)
+    grad_hidden = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if needs[0] else None
+    grad_weight = torch.empty_like(weight) if needs[1] else None
+    grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
+    step = _chunk_columns(tokens, vocab)
+    rows = torch.arange(tokens, device=hidden.device)
+    for v0 in range(0, vocab, step):
+        v1 = min(v0 + step, vocab)
+        z, t = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
+        dz = torch.exp(z - lse[:, None])  # softmax, in place of z
+        del z
+        if label_smoothing:
+            dz -= label_smoothing / vocab
+        inside = (safe >= v0) & (safe < v1)
+        dz[rows[inside], safe[inside] - v0] -= 1.0 - label_smoothing
+        dz *= scale[:, None]
+        if t is not None:
+            dz *= 1.0 - t * t  # d(softcap * tanh(z / softcap)) / dz
+        if grad_bias is not None:
+            grad_bias[v0:v1] = dz.sum(dim=0)
+        dz = dz.to(hidden.dtype)
+        if grad_weight is not None:
+            grad_weight[v0:v1] = dz.t() @ hidden
+        if grad_hidden is not None:
+            grad_hidden += dz @ weight[v0:v1]
+    return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else hidden.new_empty(0),
+            grad_weight if grad_weight is not None else hidden.new_empty(0),
+            grad_bias if grad_bias is not None else hidden.new_empty(0))
+
+
+@_backward.register_fake
+def _(grad, hidden, weight, target, bias, lse, ignore_index, reduction, label_smoothing, softcap, needs):
+    return (torch.empty_like(hidden) if needs[0] else hidden.new_empty(0),
+            torch.empty_like(weight) if needs[1] else hidden.new_empty(0),
+            torch.empty_like(bias) if needs[2] and bias is not None else hidden.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap = inputs
+    ctx.save_for_backward(hidden, weight, target, bias, output[1])
+    ctx.args = (ignore_index, reduction, label_smoothing, softcap)
+
+
+def _autograd(ctx, grad_loss, grad_lse):
+    hidden, weight, target, bias, lse = ctx.saved_tensors
+    needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[3]]
+    gh, gw, gb = _backward(grad_loss, hidden, weight, target, bias, lse, *ctx.args, needs)
+    return gh if needs[0] else None, gw if needs[1] else None, None, gb if needs[2] else None, None, None, None, None
+
+
+_forward.register_autograd(_autograd, setup_context=_setup_context)
+
+
+def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, softcap=None, return_lse=False):
+    """``F.cross_entropy(F.linear(hidden, weight, bias), target, ...)`` and its
+    gradients without the logits held whole.
+
+    hidden: [..., D]; weight: [V, D]; target: hidden's leading shape, class
+    indices (ignore_index rows count nowhere); bias: [V] or None. With
+    ``softcap``, the logits pass through ``softcap * tanh(logits / softcap)``
+    first (Gemma 2's head). ``reduction`` as F.cross_entropy's ("none" keeps
+    target's shape). With ``return_lse``, also each row's log-sum-exp of the
+    (softcapped) logits, fp32 (float64 for float64 inputs), target's shape.
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"linear_cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, "
+                         f"got {reduction!r}")
+    for name, t in (("hidden", hidden), ("weight", weight), ("target", target)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"linear_cross_entropy: {name} must be a tensor, got {type(t).__name__}")
+    if hidden.dim() < 1 or weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear_cross_entropy: expected hidden [..., D] and weight [V, D], got hidden "
+                         f"{tuple(hidden.shape)} and weight {tuple(weight.shape)}")
+    if tuple(target.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"linear_cross_entropy: target must have hidden's leading shape "
+                         f"{tuple(hidden.shape[:-1])}, got {tuple(target.shape)}")
+    if target.dtype not in (torch.int64, torch.int32) or target.is_floating_point():
+        raise TypeError(f"linear_cross_entropy: target must hold class indices (int64), got {target.dtype}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"linear_cross_entropy: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if hidden.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
+        raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype}, "
+                        f"{weight.dtype}" + (f", {bias.dtype}" if bias is not None else ""))
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"linear_cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"linear_cross_entropy: softcap must be positive or None, got {softcap}")
+    lead = target.shape
+    args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0))
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        # As autocast runs F.linear (in its dtype) and F.cross_entropy (fp32):
+        # the operands cast once here, forward and backward then in one dtype.
+        dtype = torch.get_autocast_dtype(device_type)
+
+        def cast(t):
+            return t.to(dtype) if t is not None and t.dtype in (torch.float32, torch.float16, torch.bfloat16) else t
+        with torch.autocast(device_type, enabled=False):
+            loss, lse = _forward(cast(hidden).reshape(-1, hidden.shape[-1]), cast(weight), target.reshape(-1).long(),
+                                 cast(bias), *args)
+        loss = loss.float()
+    else:
+        loss, lse = _forward(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1).long(), bias, *args)
+    if reduction == "none":
+        loss = loss.reshape(lead)
+    return (loss, lse.reshape(lead)) if return_lse else loss
+
+
+class LinearCrossEntropy(nn.Linear):
+    """An nn.Linear from hidden states to a vocabulary whose forward(hidden,
+    target) returns the cross-entropy of its logits against target, never
+    holding the logits whole (linear_cross_entropy); its parameters, init
+    and state_dict are nn.Linear's."""
+
+    def __init__(self, in_features, vocab_size, bias=False, device=None, dtype=None, *, ignore_index=-100,
+                 reduction="mean", label_smoothing=0.0, softcap=None):
+        super().__init__(in_features, vocab_size, bias=bias, device=device, dtype=dtype)
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing, self.softcap = label_smoothing, softcap
+
+    def forward(self, hidden, target):
+        return linear_cross_entropy(hidden, self.weight, target, self.bias, ignore_index=self.ignore_index,
+                                    reduction=self.reduction, label_smoothing=self.label_smoothing,
+                                    softcap=self.softcap)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", reduction={self.reduction!r}" + \
+            (f", softcap={self.softcap}" if self.softcap else "")
