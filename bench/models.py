@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import harness  # noqa: E402  (source ids, the timer, the repository on sys.path)
+import lm_head  # noqa: E402  (the linear_ce_* cases)
 import whole  # noqa: E402  (the whole_* cases)
 from compiled import contenders, first_call, generated_code  # noqa: E402
 
@@ -171,7 +172,14 @@ def measure(case, mode, compiled, ctx):
     args, device = ctx["args"], ctx["device"]
     row = {"case": case, "mode": mode, "compiled": compiled, "ms": {}, "peak_bytes": {}}
     peers = {}
-    if case in whole.WHOLE:
+    if case in lm_head.LINEAR_CE:
+        built = lm_head.build(case, device, args.cpu_dry_run,
+                              compiled=not args.cpu_dry_run or args.dry_run_compile)
+        row.update(dtype="bfloat16", peers_missing=built.missing)
+        fns = built.fns
+        peers = {name: None for name in fns if name in ("cce", "liger")}
+        ref = lm_head.reference(built)
+    elif case in whole.WHOLE:
         built = whole.build(case, device, args.cpu_dry_run)
         eager = built.model
         fused = torch_gemm_act.fuse_linear_act(copy.deepcopy(eager))
@@ -207,15 +215,16 @@ def measure(case, mode, compiled, ctx):
     if compiled:
         row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items()
                                      if name != "eager" and name in outs}
-    if case in whole.WHOLE:
+    if case in whole.WHOLE or case in lm_head.LINEAR_CE:
         _check_whole(row, outs, ref, peers)
         del ref
     else:
         _check_stack(row, outs, eager, x, gy, mode)
     del outs
     for name, fn in fns.items():
-        row["peak_bytes"][name] = peak_bytes(fn, device)
-    timing = args if case not in whole.WHOLE else argparse.Namespace(**{**vars(args), "rep": args.whole_rep})
+        row["peak_bytes"][name] = (lm_head.peak_above(fn, device, built.grads_bytes) if case in lm_head.LINEAR_CE
+                                   else peak_bytes(fn, device))
+    timing = args if case in CASES else argparse.Namespace(**{**vars(args), "rep": args.whole_rep})
     timed = harness.time_in_turns(fns, timing, device)
     row["ms"] = {name: ms for name, (ms, _) in timed.items()}
     row["iqr_rel"] = {name: round(iqr, 4) for name, (_, iqr) in timed.items()}
@@ -306,8 +315,8 @@ def plot(rows, path):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE),
-                   default=list(CASES) + list(whole.WHOLE))
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE) + sorted(lm_head.LINEAR_CE),
+                   default=list(CASES) + list(whole.WHOLE) + list(lm_head.LINEAR_CE))
     p.add_argument("--modes", nargs="+", choices=("inference", "training"), default=["inference", "training"])
     p.add_argument("--no-compile", action="store_true", help="eager mode only")
     p.add_argument("--compiled-only", action="store_true", help="the compiled rows only")
@@ -367,6 +376,12 @@ def _run(args):
         with open(base + ".json", "w") as f:
             json.dump(results, f, indent=1)
     for case in args.cases:
+        if case in lm_head.LINEAR_CE:  # training only; its compiled contender is one of the row's
+            if "training" in args.modes and not args.compiled_only:
+                rows.append(measure(case, "training", False, ctx))
+                write()
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+            continue
         eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
         for compiled in (False,) if eager_only else (True,) if args.compiled_only else (False, True):
             for mode in args.modes:
