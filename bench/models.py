@@ -182,7 +182,7 @@ def measure(case, mode, compiled, ctx):
     elif case in whole.WHOLE:
         built = whole.build(case, device, args.cpu_dry_run)
         eager = built.model
-        fused = torch_gemm_act.fuse_linear_act(copy.deepcopy(eager))
+        fused = whole.fuse(case, copy.deepcopy(eager))
         peers, row["peers_missing"] = whole.peers(case, eager)
         row.update(dtype=whole.WHOLE[case][3], autocast=built.autocast)
         models = contenders(eager, fused, compiled, args.control, peers, in_process=False)

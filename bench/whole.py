@@ -101,6 +101,16 @@ def build(case, device, dry_run):
                  lambda out: out.logits, probe, autocast)
 
 
+def fuse(case, model):
+    """The fused contender: fuse_linear_act, and for the causal LMs the
+    head's loss through linear_cross_entropy (fuse_lm_loss)."""
+    import torch_gemm_act
+    torch_gemm_act.fuse_linear_act(model)
+    if WHOLE[case][0] in ("gpt2", "llama"):
+        torch_gemm_act.fuse_lm_loss(model)
+    return model
+
+
 def unwrap(model):
     """The module under torch.compile's wrapper and compiled.own_frame's."""
     while hasattr(model, "_orig_mod") or type(model).__name__ == "OwnFrame":

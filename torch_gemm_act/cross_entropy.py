@@ -86,7 +86,7 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
         loss = loss.sum() / valid.sum()
     elif reduction == 2:
         loss = loss.sum()
-    return loss.to(hidden.dtype), lse
+    return loss, lse
 
 
 def _check_targets(target, valid, vocab):
@@ -103,8 +103,8 @@ def _check_targets(target, valid, vocab):
 
 @_forward.register_fake
 def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
-    loss = hidden.new_empty(target.shape if reduction == 0 else ())
-    return loss, hidden.new_empty(target.shape, dtype=_accumulates_in(hidden.dtype))
+    acc = _accumulates_in(hidden.dtype)
+    return hidden.new_empty(target.shape if reduction == 0 else (), dtype=acc), hidden.new_empty(target.shape, dtype=acc)
 
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy_backward", mutates_args=())
@@ -182,6 +182,16 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
     target's shape). With ``return_lse``, also each row's log-sum-exp of the
     (softcapped) logits, fp32 (float64 for float64 inputs), target's shape.
     """
+    loss, lse = _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
+    # F.cross_entropy's dtype: the logits' (hidden's), fp32 under autocast.
+    autocast = torch.is_autocast_enabled(hidden.device.type) and hidden.dtype != torch.float64
+    loss = loss.to(torch.float32 if autocast else hidden.dtype)
+    return (loss, lse) if return_lse else loss
+
+
+def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
+    """linear_cross_entropy's checks and operator call: the loss in fp32
+    (float64 for float64 inputs), and the log-sum-exp."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"linear_cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, "
                          f"got {reduction!r}")
@@ -218,12 +228,9 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
         with torch.autocast(device_type, enabled=False):
             loss, lse = _forward(cast(hidden).reshape(-1, hidden.shape[-1]), cast(weight), target.reshape(-1).long(),
                                  cast(bias), *args)
-        loss = loss.float()
     else:
         loss, lse = _forward(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1).long(), bias, *args)
-    if reduction == "none":
-        loss = loss.reshape(lead)
-    return (loss, lse.reshape(lead)) if return_lse else loss
+    return (loss.reshape(lead) if reduction == "none" else loss), lse.reshape(lead)
 
 
 class LinearCrossEntropy(nn.Linear):
