@@ -65,17 +65,16 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         z, _ = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
-        chunk_max = z.amax(dim=1)
-        new_max = torch.maximum(running_max, chunk_max)
-        # exp(-inf - -inf) where a row has seen only -inf: keep its sum at 0.
-        rescale = torch.where(running_max == -math.inf, 0.0, torch.exp(running_max - new_max))
-        running_sum = running_sum * rescale + torch.exp(z - new_max[:, None]).sum(dim=1)
-        running_max = new_max
         inside = (safe >= v0) & (safe < v1)
         picked = z.gather(1, (safe - v0).clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
         target_logit = torch.where(inside, picked, target_logit)
         if logit_sum is not None:
             logit_sum += z.sum(dim=1)
+        new_max = torch.maximum(running_max, z.amax(dim=1))
+        # exp(-inf - -inf) where a row has seen only -inf: keep its sum at 0.
+        rescale = torch.where(running_max == -math.inf, 0.0, torch.exp(running_max - new_max))
+        running_sum = running_sum * rescale + z.sub_(new_max[:, None]).exp_().sum(dim=1)  # z's memory reused
+        running_max = new_max
         del z
     lse = running_max + torch.log(running_sum)
     loss = lse - (1.0 - label_smoothing) * target_logit
@@ -126,7 +125,7 @@ def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         z, t = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
-        dz = torch.exp(z - lse[:, None])  # softmax, in place of z
+        dz = z.sub_(lse[:, None]).exp_()  # softmax, in z's memory
         del z
         if label_smoothing:
             dz -= label_smoothing / vocab
