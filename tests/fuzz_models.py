@@ -352,7 +352,7 @@ def build_linear_ce(case, data):
     """linear_cross_entropy against F.linear + F.cross_entropy, both against float64."""
     from unittest import mock
 
-    from torch_gemm_act import cross_entropy
+    from torch_gemm_act import _policy
 
     p, dev = case.p, case.device
     dtype, lead, k, vocab = _dtype(p), tuple(p["lead"]), p["k"], p["vocab"]
@@ -377,7 +377,7 @@ def build_linear_ce(case, data):
         return p["softcap"] * torch.tanh(z / p["softcap"]) if p["softcap"] else z
 
     def ours():
-        chunks = mock.patch.object(cross_entropy, "_CHUNK_BYTES", 1) if p["small_chunks"] else contextlib.nullcontext()
+        chunks = mock.patch.object(_policy, "CE_CHUNK_BYTES", 1) if p["small_chunks"] else contextlib.nullcontext()
         with chunks:
             y = tga.linear_cross_entropy(inputs["hidden"], inputs["weight"], target, inputs.get("bias"),
                                          softcap=p["softcap"], **options)

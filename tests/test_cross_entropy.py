@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import torch_gemm_act as tga
 from conftest import requires_cuda
-from torch_gemm_act import cross_entropy
+from torch_gemm_act import _policy
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 
@@ -18,7 +18,7 @@ DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 128 vocabulary columns: several per call at test sizes."""
-    monkeypatch.setattr(cross_entropy, "_CHUNK_BYTES", 1)
+    monkeypatch.setattr(_policy, "CE_CHUNK_BYTES", 1)
 
 
 def _reference(h, w, t, b, reduction, label_smoothing, softcap, ignore_index=-100):

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 import torch_gemm_act as tga
-from torch_gemm_act import cross_entropy
+from torch_gemm_act import _policy
 
 SMALL = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=None)
@@ -30,7 +30,7 @@ def _models():
 
 @pytest.fixture(autouse=True)
 def _small_chunks(monkeypatch):
-    monkeypatch.setattr(cross_entropy, "_CHUNK_BYTES", 1)  # several chunks at test sizes
+    monkeypatch.setattr(_policy, "CE_CHUNK_BYTES", 1)  # several chunks at test sizes
 
 
 @pytest.mark.parametrize("name", list(_models()))

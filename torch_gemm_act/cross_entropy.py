@@ -19,21 +19,11 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ._rules import NUMBERS
+from ._policy import ce_chunk as _ce_chunk
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
 
 _REDUCTIONS = ("none", "mean", "sum")
-# rule ce_chunk: a chunk's fp32 logits take about this many bytes.
-_CHUNK_BYTES = 1 << NUMBERS["CE_CHUNK_BYTES_LOG2"]
-
-
-def _chunk_columns(tokens, vocab):
-    """Vocabulary columns per chunk (rule ce_chunk), a multiple of 128."""
-    columns = _CHUNK_BYTES // (4 * max(tokens, 1))
-    return min(vocab, max(128, columns // 128 * 128))
-
-
 def _accumulates_in(dtype):
     """fp32, or float64 for float64 inputs: the logits' and the sums' dtype."""
     return torch.promote_types(dtype, torch.float32)
@@ -61,7 +51,7 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
     running_sum = torch.zeros(tokens, **acc)
     target_logit = torch.zeros(tokens, **acc)
     logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
-    step = _chunk_columns(tokens, vocab)
+    step = _ce_chunk(tokens, vocab)
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         z, _ = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
@@ -120,7 +110,7 @@ def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias
     grad_hidden = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if needs[0] else None
     grad_weight = torch.empty_like(weight) if needs[1] else None
     grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
-    step = _chunk_columns(tokens, vocab)
+    step = _ce_chunk(tokens, vocab)
     rows = torch.arange(tokens, device=hidden.device)
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
