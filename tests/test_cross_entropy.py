@@ -112,6 +112,7 @@ def test_custom_ignore_index():
 @pytest.mark.parametrize("call,error,match", [
     (lambda h, w, t: tga.linear_cross_entropy(h, w[:, :5], t), ValueError, "hidden"),
     (lambda h, w, t: tga.linear_cross_entropy(h, w, t[:3]), ValueError, "leading shape"),
+    (lambda h, w, t: tga.linear_cross_entropy(h, w[:0], t), ValueError, "no rows"),
     (lambda h, w, t: tga.linear_cross_entropy(h, w, t.double()), TypeError, "class indices"),
     (lambda h, w, t: tga.linear_cross_entropy(h, w, t, torch.zeros(3)), ValueError, "bias"),
     (lambda h, w, t: tga.linear_cross_entropy(h.double(), w, t), TypeError, "dtype"),

@@ -3,14 +3,15 @@ and its gradients without the logits ([tokens, vocabulary]) ever held
 whole: a language model's head and its loss as one operator.
 
 The chunked path (every device): the vocabulary in chunks (rule
-ce_chunk), each chunk's logits a GEMM into fp32. The forward keeps each
-row's running max and sum of exponentials (log-sum-exp, fp32; float64 for float64 inputs), the target's logit
-and, with label smoothing, the logits' sum; it saves the log-sum-exp. The
-backward computes each chunk's logits again, forms softmax - onehot (with
-smoothing, softcap, ignore_index and the incoming gradient) and feeds it
-to two GEMMs: weight's gradient rows for the chunk, whole, and hidden's
-gradient summed over chunks in fp32. The GEMMs run in the inputs' dtype,
-as eager's F.linear and its backward do.
+ce_chunk), each chunk's logits a GEMM, read in fp32 (float64 for float64
+inputs). The forward keeps each row's running max and sum of exponentials
+(its log-sum-exp), the target's logit and, with label smoothing, the
+logits' sum; it saves the log-sum-exp. The backward computes each chunk's
+logits again, forms softmax - onehot (with smoothing, softcap,
+ignore_index and the incoming gradient) and feeds it to two GEMMs: the
+chunk's rows of weight's gradient, whole, and hidden's gradient, summed
+over chunks in fp32. The GEMMs run in the inputs' dtype, as eager's
+F.linear and its backward do; nothing synchronises with the GPU.
 """
 
 import math
@@ -24,6 +25,8 @@ from ._policy import ce_chunk as _ce_chunk
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
 
 _REDUCTIONS = ("none", "mean", "sum")
+
+
 def _accumulates_in(dtype):
     """fp32, or float64 for float64 inputs: the logits' and the sums' dtype."""
     return torch.promote_types(dtype, torch.float32)
@@ -111,7 +114,6 @@ def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias
     grad_weight = torch.empty_like(weight) if needs[1] else None
     grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
     step = _ce_chunk(tokens, vocab)
-    rows = torch.arange(tokens, device=hidden.device)
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         z, t = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
@@ -119,8 +121,10 @@ def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias
         del z
         if label_smoothing:
             dz -= label_smoothing / vocab
-        inside = (safe >= v0) & (safe < v1)
-        dz[rows[inside], safe[inside] - v0] -= 1.0 - label_smoothing
+        # -(1 - smoothing) at each row's target, where it falls in this chunk
+        # (a scatter, not a boolean index: no synchronisation).
+        inside = ((safe >= v0) & (safe < v1)).to(dz.dtype)
+        dz.scatter_add_(1, (safe - v0).clamp(0, v1 - v0 - 1)[:, None], (label_smoothing - 1.0) * inside[:, None])
         dz *= scale[:, None]
         if t is not None:
             dz *= 1.0 - t * t  # d(softcap * tanh(z / softcap)) / dz
@@ -190,6 +194,8 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
     if hidden.dim() < 1 or weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear_cross_entropy: expected hidden [..., D] and weight [V, D], got hidden "
                          f"{tuple(hidden.shape)} and weight {tuple(weight.shape)}")
+    if weight.shape[0] == 0:
+        raise ValueError("linear_cross_entropy: weight has no rows; expected a vocabulary of at least one class")
     if tuple(target.shape) != tuple(hidden.shape[:-1]):
         raise ValueError(f"linear_cross_entropy: target must have hidden's leading shape "
                          f"{tuple(hidden.shape[:-1])}, got {tuple(target.shape)}")
