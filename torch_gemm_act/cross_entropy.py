@@ -4,8 +4,8 @@ whole: a language model's head and its loss as one operator.
 
 The chunked path (every device): the vocabulary in chunks (rule
 ce_chunk), each chunk's logits a GEMM, read in fp32 (float64 for float64
-inputs). The forward keeps each row's running max and sum of exponentials
-(its log-sum-exp), the target's logit and, with label smoothing, the
+inputs). The forward keeps each row's running log-sum-exp (each chunk's
+combined by logaddexp), the target's logit and, with label smoothing, the
 logits' sum; it saves the log-sum-exp. The backward computes each chunk's
 logits again, forms softmax - onehot (with smoothing, softcap,
 ignore_index and the incoming gradient) and feeds it to two GEMMs: the
@@ -50,8 +50,7 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
     _check_targets(target, valid, vocab)
     safe = torch.where(valid, target, 0)
     acc = dict(device=hidden.device, dtype=_accumulates_in(hidden.dtype))
-    running_max = torch.full((tokens,), -math.inf, **acc)
-    running_sum = torch.zeros(tokens, **acc)
+    lse = torch.full((tokens,), -math.inf, **acc)
     target_logit = torch.zeros(tokens, **acc)
     logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
     step = _ce_chunk(tokens, vocab)
@@ -63,13 +62,8 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
         target_logit = torch.where(inside, picked, target_logit)
         if logit_sum is not None:
             logit_sum += z.sum(dim=1)
-        new_max = torch.maximum(running_max, z.amax(dim=1))
-        # exp(-inf - -inf) where a row has seen only -inf: keep its sum at 0.
-        rescale = torch.where(running_max == -math.inf, 0.0, torch.exp(running_max - new_max))
-        running_sum = running_sum * rescale + z.sub_(new_max[:, None]).exp_().sum(dim=1)  # z's memory reused
-        running_max = new_max
+        lse = torch.logaddexp(lse, torch.logsumexp(z, dim=1))  # the running log-sum-exp
         del z
-    lse = running_max + torch.log(running_sum)
     loss = lse - (1.0 - label_smoothing) * target_logit
     if logit_sum is not None:
         loss = loss - label_smoothing * logit_sum / vocab
