@@ -303,11 +303,17 @@ def plot(rows, path):
     return True
 
 
+# --cases' groups: the MLP stacks (the default) and the whole models, whose
+# compiled rows take minutes each.
+_GROUPS = {"stacks": tuple(CASES), "whole": tuple(whole.WHOLE)}
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE),
-                   default=list(CASES) + list(whole.WHOLE))
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE) + sorted(_GROUPS),
+                   default=["stacks"], help="cases, or groups of them: " +
+                   "; ".join(f"{g}: {', '.join(names)}" for g, names in _GROUPS.items()))
     p.add_argument("--modes", nargs="+", choices=("inference", "training"), default=["inference", "training"])
     p.add_argument("--no-compile", action="store_true", help="eager mode only")
     p.add_argument("--compiled-only", action="store_true", help="the compiled rows only")
@@ -366,7 +372,8 @@ def _run(args):
         results["wall_s"] = round(time.perf_counter() - t0, 1)
         with open(base + ".json", "w") as f:
             json.dump(results, f, indent=1)
-    for case in args.cases:
+    cases = [name for c in args.cases for name in _GROUPS.get(c, (c,))]
+    for case in dict.fromkeys(cases):
         eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
         for compiled in (False,) if eager_only else (True,) if args.compiled_only else (False, True):
             for mode in args.modes:
