@@ -167,8 +167,6 @@ def peak_bytes(fn, device):
 def measure(case, mode, compiled, ctx):
     import torch
 
-    import torch_gemm_act
-
     args, device = ctx["args"], ctx["device"]
     row = {"case": case, "mode": mode, "compiled": compiled, "ms": {}, "peak_bytes": {}}
     peers = {}
@@ -312,11 +310,18 @@ def plot(rows, path):
     return True
 
 
+# --cases' groups: the MLP stacks (the default), the whole models (whose
+# compiled rows take minutes each) and the LM head's loss.
+_GROUPS = {"stacks": tuple(CASES), "whole": tuple(whole.WHOLE), "lm_head": tuple(lm_head.LINEAR_CE)}
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE) + sorted(lm_head.LINEAR_CE),
-                   default=list(CASES) + list(whole.WHOLE) + list(lm_head.LINEAR_CE))
+    p.add_argument("--cases", nargs="+",
+                   choices=sorted(CASES) + sorted(whole.WHOLE) + sorted(lm_head.LINEAR_CE) + sorted(_GROUPS),
+                   default=["stacks"], help="cases, or groups of them: " +
+                   "; ".join(f"{g}: {', '.join(names)}" for g, names in _GROUPS.items()))
     p.add_argument("--modes", nargs="+", choices=("inference", "training"), default=["inference", "training"])
     p.add_argument("--no-compile", action="store_true", help="eager mode only")
     p.add_argument("--compiled-only", action="store_true", help="the compiled rows only")
@@ -375,7 +380,8 @@ def _run(args):
         results["wall_s"] = round(time.perf_counter() - t0, 1)
         with open(base + ".json", "w") as f:
             json.dump(results, f, indent=1)
-    for case in args.cases:
+    cases = [name for c in args.cases for name in _GROUPS.get(c, (c,))]
+    for case in dict.fromkeys(cases):
         if case in lm_head.LINEAR_CE:  # training only; its compiled contender is one of the row's
             if "training" in args.modes and not args.compiled_only:
                 rows.append(measure(case, "training", False, ctx))
