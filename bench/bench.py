@@ -60,6 +60,7 @@ from harness import TURNS_DESC, compile_in_process, host_launch_us, source_ids, 
 CONTENDERS = summarize.CONTENDERS
 MODES = summarize.MODES
 
+
 def _finite_or_str(x):
     """Keep the JSON strict: a NaN/inf error is stored as the string "inf"."""
     return x if math.isfinite(x) else "inf"

@@ -18,10 +18,8 @@ import math
 import os
 import sys
 
+from harness import HERE, REPO
 from summarize import MODES
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 
 # Normwise tolerance: max |x - eager| / max |eager|. bf16/fp16: a few output
 # ulps of the largest value; fp32 exact FMA: summation order only; TF32: 10-bit

@@ -152,9 +152,7 @@ def _identify(x, end, nodes):
     """The activation the nodes (ending at end) compute of x, by their values;
     None where none of the table's agrees, or the result is not x's shape
     and dtype."""
-    before, after = _value(x), _value(end)
-    if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)) \
-            or before.dtype != after.dtype or before.shape != after.shape:
+    if not _same_shape(x, end) or _value(x).dtype != _value(end).dtype:
         return None
     with _disable_current_modes(), torch.no_grad():
         env = {x: _POINTS}

@@ -23,6 +23,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import _canonical, _match, _policy
+from ._canonical import _value
 from .activations import IDENTITY, _from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
     compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
@@ -87,10 +88,6 @@ _PLAIN_VALUES = _PLAIN | {FakeTensor}  # plain tensors, as captured
 _GEMM_ACT = torch.ops.gemm_act.gemm_act.default
 _CHAINED = torch.ops.gemm_act.gemm_act_chained.default
 _GEMM_GLU = torch.ops.gemm_act.gemm_glu.default
-
-
-def _value(node):
-    return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
 def _fuse_graph(graph):
