@@ -86,18 +86,15 @@ def build(case, device, dry_run, compiled=True):
 
 def reference(built):
     """Loss and gradients from fp32 copies of the inputs (TF32 off)."""
-    import torch
     import torch.nn.functional as F
+
+    from whole import _matmul_tf32
 
     h = built.hidden.float().requires_grad_(True)
     w = built.weight.float().requires_grad_(True)
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
+    with _matmul_tf32(False):
         loss = F.cross_entropy(F.linear(h, w), built.target)
         loss.backward()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
     return loss.detach().reshape(()), h.grad, w.grad
 
 
