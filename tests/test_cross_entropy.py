@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_gemm_act as tga
-from conftest import requires_cuda
+from conftest import DEVICES, requires_cuda
 from torch_gemm_act import _policy
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
@@ -171,6 +171,121 @@ def test_compiles_in_one_graph():
 def test_matches_cross_entropy_cuda(dtype):
     _check(dtype, 300, 64, 5003, True, "mean", 0.1, None, device="cuda")
     _check(dtype, 257, 96, 3001, False, "none", 0.0, 30.0, device="cuda")
+
+
+@requires_cuda
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_several_chunks_cuda(dtype):
+    """Chunks of 128 columns (16-byte accesses) and a last one of 11 (one
+    element at a time), on the GPU's chunk passes."""
+    _check(dtype, 70, 48, 5003, True, "mean", 0.1, None, device="cuda")
+    _check(dtype, 33, 40, 1291, False, "sum", 0.0, 5.0, device="cuda")
+
+
+# The chunk operators alone: a chunk of logits [rows, width] at columns
+# [v0, v0 + width) of a vocabulary, against float64 torch ops.
+
+def _chunk_case(rows, width, dtype, device, offset, v0=64):
+    """z as a view of a wider tensor `full` (row stride width + 3 when offset,
+    its first element `offset` past the storage's); targets inside the
+    chunk, outside it and ignored."""
+    g = torch.Generator().manual_seed(rows * 31 + width)
+    ld = width + (3 if offset else 0)
+    full = (4 * torch.randn(rows * ld + offset, generator=g, dtype=torch.float64)).to(device, dtype)
+    z = full[offset:].view(rows, ld)[:, :width]
+    target = torch.randint(v0 - 10, v0 + width + 10, (rows,), generator=g)
+    target[::5] = -100
+    return z, target.to(device), full
+
+
+def _chunk_expected(z, target, v0, softcap):
+    l = z.to("cpu", torch.float64, copy=True)
+    if softcap:
+        l = softcap * torch.tanh(l / softcap)
+    cols = target - v0
+    inside = (cols >= 0) & (cols < z.shape[1])
+    picked = l.gather(1, cols.clamp(0, max(z.shape[1] - 1, 0))[:, None]).squeeze(1)
+    return l, torch.logsumexp(l, dim=1), inside, picked
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width,offset", [(1, 0), (7, 1), (128, 0), (136, 3), (1000, 0)])
+@pytest.mark.parametrize("softcap", [0.0, 3.0])
+def test_chunk_forward_against_float64(device, dtype, width, offset, softcap):
+    rows, v0 = 37, 64
+    z, target, _ = _chunk_case(rows, width, dtype, device, offset, v0)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    running = torch.randn(rows, dtype=torch.float64)
+    lse = running.to(device, acc, copy=True)
+    target_logit = torch.full((rows,), 123.0, dtype=acc, device=device)
+    logit_sum = torch.full((rows,), 0.5, dtype=acc, device=device)
+    tga.ops.ce_chunk_forward(z, target, v0, softcap, lse, target_logit, logit_sum)
+    l, chunk_lse, inside, picked = _chunk_expected(z.cpu(), target.cpu(), v0, softcap)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-6, atol=2e-5)
+    torch.testing.assert_close(lse.cpu().double(), torch.logaddexp(running, chunk_lse), **tol)
+    torch.testing.assert_close(target_logit.cpu().double(), torch.where(inside, picked, 123.0), **tol)
+    # A sum of `width` terms: its rounding grows with their magnitudes.
+    sum_tol = dict(rtol=0, atol=tol["atol"] + tol["rtol"] * l.abs().sum(dim=1).max().item())
+    torch.testing.assert_close(logit_sum.cpu().double(), 0.5 + l.sum(dim=1), **sum_tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width,offset", [(1, 0), (7, 1), (128, 0), (136, 3), (1000, 0)])
+@pytest.mark.parametrize("smoothing,softcap", [(0.0, 0.0), (0.1, 3.0)])
+def test_chunk_backward_against_float64(device, dtype, width, offset, smoothing, softcap):
+    rows, v0, vocab = 37, 64, 2000
+    z, target, full = _chunk_case(rows, width, dtype, device, offset, v0)
+    outside = torch.ones_like(full, dtype=torch.bool)
+    outside[offset:].view(rows, -1)[:, :width] = False
+    before = full[outside].clone()
+    l, chunk_lse, inside, _ = _chunk_expected(z.cpu(), target.cpu(), v0, softcap)
+    lse = chunk_lse + torch.rand(rows, dtype=torch.float64)  # other chunks' share
+    scale = torch.randn(rows, dtype=torch.float64)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    tga.ops.ce_chunk_backward(z, target, lse.to(device, acc), scale.to(device, acc), v0, vocab, smoothing, softcap)
+    cols = torch.arange(width)[None, :] + v0
+    onehot = (cols == target.cpu()[:, None]).double()
+    want = (torch.exp(l - lse[:, None]) - smoothing / vocab - (1 - smoothing) * onehot) * scale[:, None]
+    if softcap:
+        want = want * (1 - (l / softcap) ** 2)
+    # One rounding to z's dtype from fp32 (float64) math.
+    tol = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
+    torch.testing.assert_close(z.cpu().double(), want, rtol=tol, atol=tol * want.abs().max().item())
+    assert torch.equal(full[outside], before)  # nothing written outside the chunk
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunk_opcheck(device):
+    z, target, _ = _chunk_case(9, 40, torch.float32, device, 0)
+    lse = torch.zeros(9, device=device)
+    args = (z, target, 64, 0.0, lse, torch.zeros(9, device=device), torch.zeros(9, device=device))
+    torch.library.opcheck(torch.ops.gemm_act.ce_chunk_forward.default, args)
+    torch.library.opcheck(torch.ops.gemm_act.ce_chunk_backward.default,
+                          (z.clone(), target, lse + 5, torch.ones(9, device=device), 64, 200, 0.1, 2.0))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z[0], t, 0, 0.0, r, r.clone(), None), ValueError, "2-D"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z.t(), t[:4], 0, 0.0, r[:4], r[:4].clone(), None),
+     ValueError, "contiguous"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z, t[:3], 0, 0.0, r, r.clone(), None), ValueError, "target"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z, t.int(), 0, 0.0, r, r.clone(), None), TypeError, "Long"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z, t, 0, 0.0, r.double(), r.clone(), None), TypeError, "Float"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z, t, -1, 0.0, r, r.clone(), None), ValueError, "v0"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z, t, 0, -1.0, r, r.clone(), None), ValueError, "softcap"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z, t, 0, 0.0, torch.zeros(12)[::2], r.clone(), None),
+     ValueError, "contiguous"),
+    (lambda z, t, r: tga.ops.ce_chunk_forward(z.long(), t, 0, 0.0, r, r.clone(), None), TypeError, "floating"),
+    (lambda z, t, r: tga.ops.ce_chunk_backward(z, t, r, r, 0, 5, 0.0, 0.0), ValueError, "vocab"),
+    (lambda z, t, r: tga.ops.ce_chunk_backward(z, t, r, r, 0, 50, 2.0, 0.0), ValueError, "label_smoothing"),
+])
+def test_chunk_bad_input_says_what_was_given(call, error, match):
+    z, t, r = torch.randn(6, 8), torch.randint(8, (6,)), torch.zeros(6)
+    with pytest.raises(error, match=match):
+        call(z, t, r)
 
 
 @requires_cuda

@@ -3,15 +3,15 @@ and its gradients without the logits ([tokens, vocabulary]) ever held
 whole: a language model's head and its loss as one operator.
 
 The chunked path (every device): the vocabulary in chunks (rule
-ce_chunk), each chunk's logits a GEMM, read in fp32 (float64 for float64
-inputs). The forward keeps each row's running log-sum-exp (each chunk's
-combined by logaddexp), the target's logit and, with label smoothing, the
-logits' sum; it saves the log-sum-exp. The backward computes each chunk's
-logits again, forms softmax - onehot (with smoothing, softcap,
-ignore_index and the incoming gradient) and feeds it to two GEMMs: the
+ce_chunk), each chunk's logits a GEMM in the inputs' dtype, as F.linear
+writes them. The forward folds each chunk into each row's running
+log-sum-exp, the target's logit and, with label smoothing, the logits' sum
+(the operator ce_chunk_forward, one read of the chunk, fp32 sums); it saves
+the log-sum-exp. The backward computes each chunk's logits again, writes
+over them softmax - onehot (with smoothing, softcap, ignore_index and the
+incoming gradient; ce_chunk_backward) and feeds that to two GEMMs: the
 chunk's rows of weight's gradient, whole, and hidden's gradient, summed
-over chunks in fp32. The GEMMs run in the inputs' dtype, as eager's
-F.linear and its backward do; nothing synchronises with the GPU.
+over chunks in fp32. Nothing synchronises with the GPU.
 """
 
 import math
@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ._policy import ce_chunk as _ce_chunk
+from .ops import ce_chunk_backward as _CHUNK_BACKWARD, ce_chunk_forward as _CHUNK_FORWARD
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
 
@@ -28,18 +29,19 @@ _REDUCTIONS = ("none", "mean", "sum")
 
 
 def _accumulates_in(dtype):
-    """fp32, or float64 for float64 inputs: the logits' and the sums' dtype."""
+    """fp32, or float64 for float64 inputs: the sums' dtype."""
     return torch.promote_types(dtype, torch.float32)
 
 
-def _logits(hidden, weight, bias, softcap):
-    """A chunk's logits, fp32 or wider (softcapped: softcap * tanh(logits /
-    softcap)), and the raw ones' tanh over softcap."""
-    z = nn.functional.linear(hidden, weight, bias).to(_accumulates_in(hidden.dtype))
-    if not softcap:
-        return z, None
-    t = torch.tanh(z / softcap)
-    return softcap * t, t
+def _chunks(hidden, weight, bias):
+    """(v0, the chunk's logits as F.linear writes them, its weight rows)
+    for each chunk of the vocabulary (rule ce_chunk)."""
+    vocab = weight.shape[0]
+    step = _ce_chunk(hidden.shape[0], vocab, hidden.element_size())
+    for v0 in range(0, vocab, step):
+        v1 = min(v0 + step, vocab)
+        w = weight[v0:v1]
+        yield v0, nn.functional.linear(hidden, w, None if bias is None else bias[v0:v1]), w
 
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
@@ -48,21 +50,12 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
     tokens, vocab = hidden.shape[0], weight.shape[0]
     valid = target != ignore_index
     _check_targets(target, valid, vocab)
-    safe = torch.where(valid, target, 0)
     acc = dict(device=hidden.device, dtype=_accumulates_in(hidden.dtype))
     lse = torch.full((tokens,), -math.inf, **acc)
     target_logit = torch.zeros(tokens, **acc)
     logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
-    step = _ce_chunk(tokens, vocab)
-    for v0 in range(0, vocab, step):
-        v1 = min(v0 + step, vocab)
-        z, _ = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
-        inside = (safe >= v0) & (safe < v1)
-        picked = z.gather(1, (safe - v0).clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)
-        target_logit = torch.where(inside, picked, target_logit)
-        if logit_sum is not None:
-            logit_sum += z.sum(dim=1)
-        lse = torch.logaddexp(lse, torch.logsumexp(z, dim=1))  # the running log-sum-exp
+    for v0, z, _ in _chunks(hidden, weight, bias):
+        _CHUNK_FORWARD(z, target, v0, softcap, lse, target_logit, logit_sum)
         del z
     loss = lse - (1.0 - label_smoothing) * target_logit
     if logit_sum is not None:
@@ -93,42 +86,40 @@ def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, so
     return hidden.new_empty(target.shape if reduction == 0 else (), dtype=acc), hidden.new_empty(target.shape, dtype=acc)
 
 
+def _add_product(acc, a, b):
+    """acc += a @ b, summed in acc's dtype (fp32 for fp16/bf16 a and b where
+    the GPU's GEMM writes it; on the CPU a @ b is rounded to a's dtype first)."""
+    if acc.dtype == a.dtype:
+        acc.addmm_(a, b)
+    elif a.is_cuda:
+        torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)
+    else:
+        acc += a @ b
+
+
 @torch.library.custom_op("gemm_act::linear_cross_entropy_backward", mutates_args=())
 def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], lse: Tensor,
               ignore_index: int, reduction: int, label_smoothing: float, softcap: float,
               needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
     tokens, vocab = hidden.shape[0], weight.shape[0]
     valid = target != ignore_index
-    safe = torch.where(valid, target, 0)
     # The incoming gradient per row: mean divides by the rows that count.
     acc = _accumulates_in(hidden.dtype)
     scale = grad.to(acc) / valid.sum() if reduction == 1 else grad.to(acc)
-    scale = torch.where(valid, scale.expand(tokens), 0.0)
+    scale = torch.where(valid, scale.expand(tokens), 0.0).contiguous()
     grad_hidden = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if needs[0] else None
     grad_weight = torch.empty_like(weight) if needs[1] else None
     grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
-    step = _ce_chunk(tokens, vocab)
-    for v0 in range(0, vocab, step):
-        v1 = min(v0 + step, vocab)
-        z, t = _logits(hidden, weight[v0:v1], None if bias is None else bias[v0:v1], softcap)
-        dz = z.sub_(lse[:, None]).exp_()  # softmax, in z's memory
-        del z
-        if label_smoothing:
-            dz -= label_smoothing / vocab
-        # -(1 - smoothing) at each row's target, where it falls in this chunk
-        # (a scatter, not a boolean index: no synchronisation).
-        inside = ((safe >= v0) & (safe < v1)).to(dz.dtype)
-        dz.scatter_add_(1, (safe - v0).clamp(0, v1 - v0 - 1)[:, None], (label_smoothing - 1.0) * inside[:, None])
-        dz *= scale[:, None]
-        if t is not None:
-            dz *= 1.0 - t * t  # d(softcap * tanh(z / softcap)) / dz
+    for v0, z, w in _chunks(hidden, weight, bias):
+        v1 = v0 + z.shape[1]
+        _CHUNK_BACKWARD(z, target, lse, scale, v0, vocab, label_smoothing, softcap)  # dZ, over z
         if grad_bias is not None:
-            grad_bias[v0:v1] = dz.sum(dim=0)
-        dz = dz.to(hidden.dtype)
+            grad_bias[v0:v1] = z.sum(dim=0, dtype=acc)
         if grad_weight is not None:
-            grad_weight[v0:v1] = dz.t() @ hidden
+            torch.mm(z.t(), hidden, out=grad_weight[v0:v1])
         if grad_hidden is not None:
-            grad_hidden += dz @ weight[v0:v1]
+            _add_product(grad_hidden, z, w)
+        del z
     return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else hidden.new_empty(0),
             grad_weight if grad_weight is not None else hidden.new_empty(0),
             grad_bias if grad_bias is not None else hidden.new_empty(0))
