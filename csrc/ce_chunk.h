@@ -52,16 +52,23 @@ GEMM_ACT_HD T logit(T z, T softcap) {
   return softcap > T(0) ? softcap * tanh_(z / softcap) : z;
 }
 
-// A running (max m, sum s of exp(l - m)) with one more logit l. A NaN
-// logit makes s NaN (and so the log-sum-exp); a -inf logit adds nothing.
-template <class T>
-GEMM_ACT_HD void add(T& m, T& s, T l) {
-  if (l > m) {
-    s = s * exp_(m - l) + T(1);
-    m = l;
-  } else if (!(l == minus_inf<T>())) {
-    s += exp_(l - m);
-  }
+// A running (max m, sum s of exp(l - m)) with kCount more logits l: one
+// exp per logit and one for the rescale. A NaN logit makes s NaN (and so
+// the log-sum-exp); a -inf logit adds nothing.
+template <int kCount, class T>
+GEMM_ACT_HD void add(T& m, T& s, const T (&l)[kCount]) {
+  T mx = m;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int e = 0; e < kCount; ++e) mx = l[e] > mx ? l[e] : mx;
+  T sum = m == minus_inf<T>() ? T(0) : (m == mx ? s : s * exp_(m - mx));
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int e = 0; e < kCount; ++e) sum += l[e] == minus_inf<T>() ? T(0) : exp_(l[e] - mx);
+  m = mx;
+  s = sum;
 }
 
 // (m, s) with another running pair folded in.

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <cstdint>
 #include <optional>
 
 #include "ce_chunk.h"
@@ -46,6 +47,8 @@ inline CeChunkParams params(const at::Tensor& z, const at::Tensor& target, int64
   check_z(z, op);
   check_row_tensor(target, z, at::kLong, op, "target", false);
   TORCH_CHECK_VALUE(v0 >= 0, op, ": v0 must be at least 0, got ", v0);
+  TORCH_CHECK_VALUE(z.size(1) <= (int64_t{1} << 30), op,
+                    ": z's width must be at most 2^30 columns, got ", z.size(1));
   TORCH_CHECK_VALUE(softcap >= 0.0, op, ": softcap must be 0 (none) or positive, got ", softcap);
   CeChunkParams p;
   p.rows = z.size(0);

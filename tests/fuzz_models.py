@@ -348,6 +348,10 @@ def build_compile(case, data):
     return Trial(inputs, ours, theirs, ref, _comp(p), (True,), theirs_alt=theirs_alt, ties=act in RELU_FAMILY)
 
 
+def _chunks_of_128(tokens, width, vocab, element_size):
+    return 128
+
+
 def build_linear_ce(case, data):
     """linear_cross_entropy against F.linear + F.cross_entropy, both against float64."""
     from unittest import mock
@@ -377,7 +381,7 @@ def build_linear_ce(case, data):
         return p["softcap"] * torch.tanh(z / p["softcap"]) if p["softcap"] else z
 
     def ours():
-        chunks = mock.patch.object(_policy, "CE_CHUNK_BYTES", 1) if p["small_chunks"] else contextlib.nullcontext()
+        chunks = mock.patch.object(_policy, "ce_chunk", _chunks_of_128) if p["small_chunks"] else contextlib.nullcontext()
         with chunks:
             y = tga.linear_cross_entropy(inputs["hidden"], inputs["weight"], target, inputs.get("bias"),
                                          softcap=p["softcap"], **options)

@@ -18,7 +18,7 @@ DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 128 vocabulary columns: several per call at test sizes."""
-    monkeypatch.setattr(_policy, "CE_CHUNK_BYTES", 1)
+    monkeypatch.setattr(_policy, "ce_chunk", lambda tokens, width, vocab, element_size: 128)
 
 
 def _reference(h, w, t, b, reduction, label_smoothing, softcap, ignore_index=-100):
@@ -309,3 +309,13 @@ def test_under_autocast_as_pytorch():
     assert _err(loss, ref) <= max(3 * _err(eager, ref), 2e-2)
     loss.backward()
     assert h.grad.dtype == w.grad.dtype == torch.float32
+
+
+def test_chunk_rule():
+    """Rule ce_chunk: multiples of 128 columns within the vocabulary, about
+    CE_CHUNK_BYTES of logits, wider where hidden's fp32 gradient is larger."""
+    assert _policy.ce_chunk(8192, 768, 50257, 2) == _policy.CE_CHUNK_BYTES // (2 * 8192) // 128 * 128
+    wide = _policy.ce_chunk(16384, 4096, 128256, 2)
+    assert wide % 128 == 0 and wide * 16384 * 2 <= 4 * 16384 * 4096 < (wide + 128) * 16384 * 2
+    assert _policy.ce_chunk(4, 8, 100, 4) == 100
+    assert _policy.ce_chunk(10 ** 9, 8, 10 ** 6, 2) == 128

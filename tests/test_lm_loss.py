@@ -30,7 +30,8 @@ def _models():
 
 @pytest.fixture(autouse=True)
 def _small_chunks(monkeypatch):
-    monkeypatch.setattr(_policy, "CE_CHUNK_BYTES", 1)  # several chunks at test sizes
+    # Several chunks at test sizes.
+    monkeypatch.setattr(_policy, "ce_chunk", lambda tokens, width, vocab, element_size: 128)
 
 
 @pytest.mark.parametrize("name", list(_models()))

@@ -164,9 +164,11 @@ def chain_pays(x, b, bias, activation, any_size=False, b_is_weight=False):
     return any_size or not host_bound(x, b.shape[0] if b_is_weight else b.shape[1])
 
 
-def ce_chunk(tokens, vocab, element_size):
+def ce_chunk(tokens, width, vocab, element_size):
     """Rule ce_chunk: the vocabulary columns per chunk of linear_cross_entropy's
-    chunked path over `tokens` rows, a multiple of 128, about CE_CHUNK_BYTES of
-    logits of `element_size` bytes each."""
-    columns = CE_CHUNK_BYTES // (element_size * max(tokens, 1))
+    chunked path over hidden [tokens, width], a multiple of 128: about
+    CE_CHUNK_BYTES of logits of `element_size` bytes each, or hidden's fp32
+    gradient's bytes where more."""
+    chunk_bytes = max(CE_CHUNK_BYTES, 4 * tokens * width)
+    columns = chunk_bytes // (element_size * max(tokens, 1))
     return min(vocab, max(128, columns // 128 * 128))

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ._policy import ce_chunk as _ce_chunk
+from . import _policy
 from .ops import ce_chunk_backward as _CHUNK_BACKWARD, ce_chunk_forward as _CHUNK_FORWARD
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
@@ -37,7 +37,7 @@ def _chunks(hidden, weight, bias):
     """(v0, the chunk's logits as F.linear writes them, its weight rows)
     for each chunk of the vocabulary (rule ce_chunk)."""
     vocab = weight.shape[0]
-    step = _ce_chunk(hidden.shape[0], vocab, hidden.element_size())
+    step = _policy.ce_chunk(hidden.shape[0], hidden.shape[1], vocab, hidden.element_size())
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         w = weight[v0:v1]

@@ -33,10 +33,10 @@ void ce_rows(const CeChunkParams& p) {
       } else {
         Acc m = ce::minus_inf<Acc>(), s = 0, sum = 0;
         for (int64_t j = 0; j < p.width; ++j) {
-          const Acc l = ce::logit(static_cast<Acc>(zr[j]), softcap);
+          const Acc l[1] = {ce::logit(static_cast<Acc>(zr[j]), softcap)};
           ce::add(m, s, l);
-          sum += l;
-          if (j == t) static_cast<Acc*>(p.target_logit)[row] = l;
+          sum += l[0];
+          if (j == t) static_cast<Acc*>(p.target_logit)[row] = l[0];
         }
         lse[row] = ce::logaddexp(lse[row], m + ce::log_(s));
         if (p.logit_sum != nullptr) static_cast<Acc*>(p.logit_sum)[row] += sum;

@@ -29,13 +29,15 @@ __global__ void ce_chunk_kernel(CeChunkParams p) {
   if (row >= p.rows) return;
   Element* z = static_cast<Element*>(p.z) + row * p.ld;
   const Acc softcap = static_cast<Acc>(p.softcap);
-  const int64_t t = p.target[row] - p.v0;  // the target's column here, if in [0, width)
+  const int64_t tt = p.target[row] - p.v0;
+  const int width = static_cast<int>(p.width);
+  const int t = tt >= 0 && tt < width ? static_cast<int>(tt) : -1;  // the target's column here, or -1
   auto* lse = static_cast<Acc*>(p.lse);
   if constexpr (kBackward) {
     const Acc row_lse = lse[row], scale = static_cast<const Acc*>(p.scale)[row];
     const Acc smoothing = static_cast<Acc>(p.label_smoothing);
     const Acc inv_vocab = Acc(1) / static_cast<Acc>(p.vocab);
-    for (int64_t j = int64_t{lane} * kWidth; j < p.width; j += 32 * kWidth) {
+    for (int j = lane * kWidth; j < width; j += 32 * kWidth) {
       Group g = *reinterpret_cast<const Group*>(z + j);
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) {
@@ -46,15 +48,16 @@ __global__ void ce_chunk_kernel(CeChunkParams p) {
     }
   } else {
     Acc m = ce::minus_inf<Acc>(), s = Acc(0), sum = Acc(0);
-    for (int64_t j = int64_t{lane} * kWidth; j < p.width; j += 32 * kWidth) {
+    for (int j = lane * kWidth; j < width; j += 32 * kWidth) {
       const Group g = *reinterpret_cast<const Group*>(z + j);
+      Acc l[kWidth];
 #pragma unroll
       for (int e = 0; e < kWidth; ++e) {
-        const Acc l = ce::logit(Num::to_compute(g.v[e]), softcap);
-        ce::add(m, s, l);
-        sum += l;
-        if (j + e == t) static_cast<Acc*>(p.target_logit)[row] = l;
+        l[e] = ce::logit(Num::to_compute(g.v[e]), softcap);
+        sum += l[e];
+        if (j + e == t) static_cast<Acc*>(p.target_logit)[row] = l[e];
       }
+      ce::add(m, s, l);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
