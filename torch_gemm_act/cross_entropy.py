@@ -33,14 +33,13 @@ def _accumulates_in(dtype):
     return torch.promote_types(dtype, torch.float32)
 
 
-def _chunks(hidden, weight, bias):
-    """(v0, the chunk's logits, its weight rows) for each chunk of the
-    vocabulary (rule ce_chunk). The logits in hidden's dtype, the bias added
+def _chunks(hidden, weight, bias, step):
+    """(v0, the chunk's logits, its weight rows) for each chunk of `step`
+    vocabulary columns. The logits in hidden's dtype, the bias added
     before their one rounding, as a GEMM whose C is the bias broadcast (on
     CUDA, F.linear's bias epilogue on a narrow chunk measured further from
     float64 than F.linear on the whole vocabulary)."""
     vocab = weight.shape[0]
-    step = _policy.ce_chunk(hidden.shape[0], hidden.shape[1], vocab, hidden.element_size())
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         w = weight[v0:v1]
@@ -52,7 +51,7 @@ def _chunks(hidden, weight, bias):
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
 def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
-             reduction: int, label_smoothing: float, softcap: float) -> tuple[Tensor, Tensor]:
+             reduction: int, label_smoothing: float, softcap: float, chunk: int) -> tuple[Tensor, Tensor]:
     tokens, vocab = hidden.shape[0], weight.shape[0]
     valid = target != ignore_index
     _check_targets(target, valid, vocab)
@@ -60,7 +59,7 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
     lse = torch.full((tokens,), -math.inf, **acc)
     target_logit = torch.zeros(tokens, **acc)
     logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
-    for v0, z, _ in _chunks(hidden, weight, bias):
+    for v0, z, _ in _chunks(hidden, weight, bias, chunk):
         _CHUNK_FORWARD(z, target, v0, softcap, lse, target_logit, logit_sum)
         del z
     loss = lse - (1.0 - label_smoothing) * target_logit
@@ -87,7 +86,7 @@ def _check_targets(target, valid, vocab):
 
 
 @_forward.register_fake
-def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
+def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, chunk):
     acc = _accumulates_in(hidden.dtype)
     return hidden.new_empty(target.shape if reduction == 0 else (), dtype=acc), hidden.new_empty(target.shape, dtype=acc)
 
@@ -105,7 +104,7 @@ def _add_product(acc, a, b):
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy_backward", mutates_args=())
 def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], lse: Tensor,
-              ignore_index: int, reduction: int, label_smoothing: float, softcap: float,
+              ignore_index: int, reduction: int, label_smoothing: float, softcap: float, chunk: int,
               needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
     tokens, vocab = hidden.shape[0], weight.shape[0]
     valid = target != ignore_index
@@ -116,7 +115,7 @@ def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias
     grad_hidden = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if needs[0] else None
     grad_weight = torch.empty_like(weight) if needs[1] else None
     grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
-    for v0, z, w in _chunks(hidden, weight, bias):
+    for v0, z, w in _chunks(hidden, weight, bias, chunk):
         v1 = v0 + z.shape[1]
         _CHUNK_BACKWARD(z, target, lse, scale, v0, vocab, label_smoothing, softcap)  # dZ, over z
         if grad_bias is not None:
@@ -132,23 +131,23 @@ def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias
 
 
 @_backward.register_fake
-def _(grad, hidden, weight, target, bias, lse, ignore_index, reduction, label_smoothing, softcap, needs):
+def _(grad, hidden, weight, target, bias, lse, ignore_index, reduction, label_smoothing, softcap, chunk, needs):
     return (torch.empty_like(hidden) if needs[0] else hidden.new_empty(0),
             torch.empty_like(weight) if needs[1] else hidden.new_empty(0),
             torch.empty_like(bias) if needs[2] and bias is not None else hidden.new_empty(0))
 
 
 def _setup_context(ctx, inputs, output):
-    hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap = inputs
+    hidden, weight, target, bias, *args = inputs
     ctx.save_for_backward(hidden, weight, target, bias, output[1])
-    ctx.args = (ignore_index, reduction, label_smoothing, softcap)
+    ctx.args = args  # the forward's chunks among them: the backward's logits round as the forward's did
 
 
 def _autograd(ctx, grad_loss, grad_lse):
     hidden, weight, target, bias, lse = ctx.saved_tensors
     needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[3]]
     gh, gw, gb = _backward(grad_loss, hidden, weight, target, bias, lse, *ctx.args, needs)
-    return gh if needs[0] else None, gw if needs[1] else None, None, gb if needs[2] else None, None, None, None, None
+    return (gh if needs[0] else None, gw if needs[1] else None, None, gb if needs[2] else None) + (None,) * len(ctx.args)
 
 
 _forward.register_autograd(_autograd, setup_context=_setup_context)
@@ -202,12 +201,16 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
     if softcap is not None and not softcap > 0:
         raise ValueError(f"linear_cross_entropy: softcap must be positive or None, got {softcap}")
     lead = target.shape
-    args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0))
     device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
+    autocast = torch.is_autocast_enabled(device_type)
+    dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
+    width = hidden.shape[-1]
+    tokens = hidden.numel() // width if width else 0
+    chunk = _policy.ce_chunk(tokens, width, weight.shape[0], dtype.itemsize)
+    args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0), chunk)
+    if autocast:
         # As autocast runs F.linear (in its dtype) and F.cross_entropy (fp32):
         # the operands cast once here, forward and backward then in one dtype.
-        dtype = torch.get_autocast_dtype(device_type)
 
         def cast(t):
             return t.to(dtype) if t is not None and t.dtype in (torch.float32, torch.float16, torch.bfloat16) else t
