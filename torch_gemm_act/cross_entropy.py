@@ -164,6 +164,9 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
     first (Gemma 2's head). ``reduction`` as F.cross_entropy's ("none" keeps
     target's shape). With ``return_lse``, also each row's log-sum-exp of the
     (softcapped) logits, fp32 (float64 for float64 inputs), target's shape.
+    DTensor operands (a vocabulary-parallel head, weight Shard(0)) are
+    gathered whole on every rank, their gradients returned to their shards:
+    correct, but the loss is not split over the ranks.
     """
     loss, lse = _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
     # F.cross_entropy's dtype: the logits' (hidden's), fp32 under autocast.
@@ -181,6 +184,7 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
     for name, t in (("hidden", hidden), ("weight", weight), ("target", target)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"linear_cross_entropy: {name} must be a tensor, got {type(t).__name__}")
+    hidden, weight, target, bias = (_gathered(t) for t in (hidden, weight, target, bias))
     if hidden.dim() < 1 or weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear_cross_entropy: expected hidden [..., D] and weight [V, D], got hidden "
                          f"{tuple(hidden.shape)} and weight {tuple(weight.shape)}")
@@ -220,6 +224,13 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
     else:
         loss, lse = _forward(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1).long(), bias, *args)
     return (loss.reshape(lead) if reduction == "none" else loss), lse.reshape(lead)
+
+
+def _gathered(t):
+    """A DTensor as the whole tensor on every rank, its gradient going back
+    to its shards: a vocabulary-parallel head (weight Shard(0)) computes the
+    whole loss on each rank, correct but not split over the ranks."""
+    return t.full_tensor() if type(t).__name__ == "DTensor" else t
 
 
 class LinearCrossEntropy(nn.Linear):
