@@ -53,7 +53,7 @@ inline CeChunkParams params(const at::Tensor& z, const at::Tensor& target, int64
   CeChunkParams p;
   p.rows = z.size(0);
   p.width = z.size(1);
-  p.ld = z.size(1) <= 1 ? z.size(1) : z.stride(0);
+  p.ld = z.stride(0);  // a view's, whatever its width
   p.v0 = v0;
   p.softcap = softcap;
   return p;

@@ -215,7 +215,7 @@ def _chunk_expected(z, target, v0, softcap):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("width,offset", [(1, 0), (7, 1), (128, 0), (136, 3), (1000, 0)])
+@pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0)])
 @pytest.mark.parametrize("softcap", [0.0, 3.0])
 def test_chunk_forward_against_float64(device, dtype, width, offset, softcap):
     rows, v0 = 37, 64
@@ -237,7 +237,7 @@ def test_chunk_forward_against_float64(device, dtype, width, offset, softcap):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("width,offset", [(1, 0), (7, 1), (128, 0), (136, 3), (1000, 0)])
+@pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0)])
 @pytest.mark.parametrize("smoothing,softcap", [(0.0, 0.0), (0.1, 3.0)])
 def test_chunk_backward_against_float64(device, dtype, width, offset, smoothing, softcap):
     rows, v0, vocab = 37, 64, 2000

@@ -38,15 +38,21 @@ def _chunks(hidden, weight, bias, step):
     vocabulary columns. The logits in hidden's dtype, the bias added
     before their one rounding, as a GEMM whose C is the bias broadcast (on
     CUDA, F.linear's bias epilogue on a narrow chunk measured further from
-    float64 than F.linear on the whole vocabulary)."""
-    vocab = weight.shape[0]
+    float64 than F.linear on the whole vocabulary). Their rows start 16
+    bytes apart at least (an odd width, GPT-2's last chunk, otherwise runs
+    cuBLAS's unaligned kernels)."""
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    per_16_bytes = max(1, 16 // hidden.element_size())
     for v0 in range(0, vocab, step):
         v1 = min(v0 + step, vocab)
         w = weight[v0:v1]
+        ld = -(-(v1 - v0) // per_16_bytes) * per_16_bytes
+        z = hidden.new_empty(tokens, ld)[:, :v1 - v0]
         if bias is None:
-            yield v0, nn.functional.linear(hidden, w), w
+            torch.mm(hidden, w.t(), out=z)
         else:
-            yield v0, torch.addmm(bias[v0:v1].expand(hidden.shape[0], v1 - v0), hidden, w.t()), w
+            torch.addmm(bias[v0:v1].expand(tokens, v1 - v0), hidden, w.t(), out=z)
+        yield v0, z, w
 
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
