@@ -39,6 +39,7 @@ import harness  # noqa: E402  (source ids, the timer, the repository on sys.path
 import lm_head  # noqa: E402  (the linear_ce_* cases)
 import whole  # noqa: E402  (the whole_* cases)
 from compiled import contenders, first_call, generated_code  # noqa: E402
+from op_contenders import rel_err  # noqa: E402
 
 # name: (blocks, tokens, d_model, d_hidden, activation module name, dtype)
 CASES = {
@@ -144,11 +145,6 @@ def step_fn(model, x, gy, mode):
             p.grad = None
         return y.detach(), grad
     return run
-
-
-def rel_err(got, ref):
-    scale = ref.double().abs().max().item() or 1.0
-    return (got.double() - ref.double()).abs().max().item() / scale
 
 
 def peak_bytes(fn, device):

@@ -63,8 +63,13 @@ def modes_for(group, row, args):
 
 
 def rel_err(x, ref):
-    """max |x - ref| / max |ref| (normwise, so near-zero outputs don't blow it up); NaN -> inf."""
-    x, ref = x.detach().float(), ref.detach().float()
+    """max |x - ref| / max |ref| (normwise, so near-zero outputs don't blow it
+    up), in float64 where either is (a float64 reference resolves fp32's
+    errors), else fp32; NaN -> inf."""
+    import torch
+
+    wide = torch.float64 if torch.float64 in (x.dtype, ref.dtype) else torch.float32
+    x, ref = x.detach().to(wide), ref.detach().to(wide)
     if x.shape != ref.shape:
         return float("inf")
     d = (x - ref).abs().max().item() if x.numel() else 0.0

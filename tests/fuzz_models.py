@@ -39,7 +39,6 @@ def build_mlp(case, data):
     fused = tga.fuse_linear_act(copy.deepcopy(model))
     x = data.input(lead, k, "contiguous", dtype)
     inputs = {"x": x}
-    layers = [mod for mod in model.modules() if isinstance(mod, nn.Linear) or type(mod).__name__ == "Conv1D"]
     fused_layers = [mod for mod in fused.modules() if hasattr(mod, "weight") and mod.weight.dim() == 2]
     if "params" in p["grads"]:
         for i, mod in enumerate(fused_layers):
