@@ -96,20 +96,3 @@ def reference(built):
         loss = F.cross_entropy(F.linear(h, w), built.target)
         loss.backward()
     return loss.detach().reshape(()), h.grad, w.grad
-
-
-def peak_above(fn, device, grads_bytes):
-    """The peak allocated while fn runs, above the inputs (allocated before)
-    and the gradients it returns; None on the CPU."""
-    import torch
-
-    if device != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base - grads_bytes
-    del out
-    return peak
