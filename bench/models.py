@@ -14,7 +14,8 @@ own loss for a whole model) and compilation (eager mode, torch.compile), it
 times the eager and the fused model (harness.time_in_turns: the median of
 each one's calls, taken in turns call by call), the peers where one applies
 (whole.peers), and, compiled, the eager model compiled unchanged with
-torch_gemm_act.enable_compile_fusion() on (`compile_fusion`); records the
+torch_gemm_act.enable_compile_fusion() on (`compile_fusion`; a causal LM
+with its loss fused too, whole.fuse_loss); records the
 peak memory of one step of each; and checks the outputs (and in training
 the input's or the embedding's gradient): a stack's against eager's, a
 whole model's against an fp32 copy, beside eager's own error. Writes
@@ -179,7 +180,8 @@ def measure(case, mode, compiled, ctx):
         fused = whole.fuse(case, copy.deepcopy(eager))
         peers, row["peers_missing"] = whole.peers(case, eager)
         row.update(dtype=whole.WHOLE[case][3], autocast=built.autocast)
-        models = contenders(eager, fused, compiled, args.control, peers, in_process=False)
+        models = contenders(eager, fused, compiled, args.control, peers, in_process=False,
+                            compile_fusion=whole.fuse_loss(case, copy.deepcopy(eager)) if compiled else None)
         fns = {name: whole.step_fn(m, built, mode) for name, m in models.items()}
         ref = whole.reference(built, mode)
     else:

@@ -102,13 +102,18 @@ def build(case, device, dry_run):
 
 
 def fuse(case, model):
-    """The fused contender: fuse_linear_act, and for the causal LMs the
-    head's loss through linear_cross_entropy (fuse_lm_loss)."""
+    """The fused contender: fuse_linear_act, then fuse_loss."""
     import torch_gemm_act
-    torch_gemm_act.fuse_linear_act(model)
-    if WHOLE[case][0] in ("gpt2", "llama"):
-        torch_gemm_act.fuse_lm_loss(model)
-    return model
+    return fuse_loss(case, torch_gemm_act.fuse_linear_act(model))
+
+
+def fuse_loss(case, model):
+    """For the causal LMs, the head's loss through linear_cross_entropy
+    (fuse_lm_loss): a model-level opt-in, as enable_compile_fusion() is. The
+    compile pass cannot do it (the model returns its logits), so compile
+    fusion's contender takes it too."""
+    import torch_gemm_act
+    return torch_gemm_act.fuse_lm_loss(model) if WHOLE[case][0] in ("gpt2", "llama") else model
 
 
 def unwrap(model):
