@@ -53,6 +53,7 @@ def _chunks(hidden, weight, bias, step):
         else:
             torch.addmm(bias[v0:v1].expand(tokens, v1 - v0), hidden, w.t(), out=z)
         yield v0, z, w
+        del z  # freed before the next chunk's buffer is allocated: one chunk held at a time
 
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
