@@ -49,7 +49,7 @@ def _own_classes(model, name):
         module.__class__ = _CLASSES[name, cls]
 
 
-def contenders(eager, fused, compiled, control=False, peers=None, in_process=True):
+def contenders(eager, fused, compiled, control=False, peers=None, in_process=True, compile_fusion=None):
     """name -> model: eager and fused (and ``peers``, name -> model), or,
     compiled, each under torch.compile and compile fusion's (the eager
     model compiled with the pass; its first call must run under
@@ -59,7 +59,8 @@ def contenders(eager, fused, compiled, control=False, peers=None, in_process=Tru
     between two identical steps (their order and the clock's drift), the
     spread any other ratio of the row carries. ``in_process``: Inductor
     compiles in this process (harness.compile_in_process), else with its pool
-    of workers (the whole models: many kernels, a GPU-bound step)."""
+    of workers (the whole models: many kernels, a GPU-bound step).
+    ``compile_fusion``: compile fusion's model, if not a copy of eager's."""
     import torch
 
     models = {"eager": eager, "fused": fused, **(peers or {})}
@@ -72,7 +73,7 @@ def contenders(eager, fused, compiled, control=False, peers=None, in_process=Tru
     else:
         torch._inductor.config.compile_threads = torch._inductor.config.decide_compile_threads()
     torch.compiler.reset()
-    models["compile_fusion"] = copy.deepcopy(eager)
+    models["compile_fusion"] = copy.deepcopy(eager) if compile_fusion is None else compile_fusion
     return {name: torch.compile(own_frame(m, name)) for name, m in models.items()}
 
 

@@ -14,7 +14,8 @@ own loss for a whole model) and compilation (eager mode, torch.compile), it
 times the eager and the fused model (harness.time_in_turns: the median of
 each one's calls, taken in turns call by call), the peers where one applies
 (whole.peers), and, compiled, the eager model compiled unchanged with
-torch_gemm_act.enable_compile_fusion() on (`compile_fusion`); records the
+torch_gemm_act.enable_compile_fusion() on (`compile_fusion`; a causal LM
+with its loss fused too, whole.fuse_loss); records the
 peak memory of one step of each; and checks the outputs (and in training
 the input's or the embedding's gradient): a stack's against eager's, a
 whole model's against an fp32 copy, beside eager's own error. Writes
@@ -36,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import harness  # noqa: E402  (source ids, the timer, the repository on sys.path)
+import lm_head  # noqa: E402  (the linear_ce_* cases)
 import whole  # noqa: E402  (the whole_* cases)
 from compiled import contenders, first_call, generated_code  # noqa: E402
 from op_contenders import rel_err  # noqa: E402
@@ -162,18 +164,24 @@ def peak_bytes(fn, device):
 def measure(case, mode, compiled, ctx):
     import torch
 
-    import torch_gemm_act
-
     args, device = ctx["args"], ctx["device"]
     row = {"case": case, "mode": mode, "compiled": compiled, "ms": {}, "peak_bytes": {}}
     peers = {}
-    if case in whole.WHOLE:
+    if case in lm_head.LINEAR_CE:
+        built = lm_head.build(case, device, args.cpu_dry_run,
+                              compiled=not args.cpu_dry_run or args.dry_run_compile)
+        row.update(dtype="bfloat16", peers_missing=built.missing)
+        fns = built.fns
+        peers = {name: None for name in fns if name in ("cce", "liger")}
+        ref = lm_head.reference(built)
+    elif case in whole.WHOLE:
         built = whole.build(case, device, args.cpu_dry_run)
         eager = built.model
-        fused = torch_gemm_act.fuse_linear_act(copy.deepcopy(eager))
+        fused = whole.fuse(case, copy.deepcopy(eager))
         peers, row["peers_missing"] = whole.peers(case, eager)
         row.update(dtype=whole.WHOLE[case][3], autocast=built.autocast)
-        models = contenders(eager, fused, compiled, args.control, peers, in_process=False)
+        models = contenders(eager, fused, compiled, args.control, peers, in_process=False,
+                            compile_fusion=whole.fuse_loss(case, copy.deepcopy(eager)) if compiled else None)
         fns = {name: whole.step_fn(m, built, mode) for name, m in models.items()}
         ref = whole.reference(built, mode)
     else:
@@ -203,15 +211,18 @@ def measure(case, mode, compiled, ctx):
     if compiled:
         row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items()
                                      if name != "eager" and name in outs}
-    if case in whole.WHOLE:
+    if case in whole.WHOLE or case in lm_head.LINEAR_CE:
         _check_whole(row, outs, ref, peers)
         del ref
     else:
         _check_stack(row, outs, eager, x, gy, mode)
     del outs
     for name, fn in fns.items():
-        row["peak_bytes"][name] = peak_bytes(fn, device)
-    timing = args if case not in whole.WHOLE else argparse.Namespace(**{**vars(args), "rep": args.whole_rep})
+        peak = peak_bytes(fn, device)
+        if peak is not None and case in lm_head.LINEAR_CE:
+            peak -= built.grads_bytes  # above the gradients it returns, too
+        row["peak_bytes"][name] = peak
+    timing = args if case in CASES else argparse.Namespace(**{**vars(args), "rep": args.whole_rep})
     timed = harness.time_in_turns(fns, timing, device)
     row["ms"] = {name: ms for name, (ms, _) in timed.items()}
     row["iqr_rel"] = {name: round(iqr, 4) for name, (_, iqr) in timed.items()}
@@ -299,15 +310,16 @@ def plot(rows, path):
     return True
 
 
-# --cases' groups: the MLP stacks (the default) and the whole models, whose
-# compiled rows take minutes each.
-_GROUPS = {"stacks": tuple(CASES), "whole": tuple(whole.WHOLE)}
+# --cases' groups: the MLP stacks (the default), the whole models (whose
+# compiled rows take minutes each) and the LM head's loss.
+_GROUPS = {"stacks": tuple(CASES), "whole": tuple(whole.WHOLE), "lm_head": tuple(lm_head.LINEAR_CE)}
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--cases", nargs="+", choices=sorted(CASES) + sorted(whole.WHOLE) + sorted(_GROUPS),
+    p.add_argument("--cases", nargs="+",
+                   choices=sorted(CASES) + sorted(whole.WHOLE) + sorted(lm_head.LINEAR_CE) + sorted(_GROUPS),
                    default=["stacks"], help="cases, or groups of them: " +
                    "; ".join(f"{g}: {', '.join(names)}" for g, names in _GROUPS.items()))
     p.add_argument("--modes", nargs="+", choices=("inference", "training"), default=["inference", "training"])
@@ -370,6 +382,12 @@ def _run(args):
             json.dump(results, f, indent=1)
     cases = [name for c in args.cases for name in _GROUPS.get(c, (c,))]
     for case in dict.fromkeys(cases):
+        if case in lm_head.LINEAR_CE:  # training only; its compiled contender is one of the row's
+            if "training" in args.modes and not args.compiled_only:
+                rows.append(measure(case, "training", False, ctx))
+                write()
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+            continue
         eager_only = args.no_compile or (args.cpu_dry_run and not args.dry_run_compile)
         for compiled in (False,) if eager_only else (True,) if args.compiled_only else (False, True):
             for mode in args.modes:

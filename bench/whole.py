@@ -101,6 +101,21 @@ def build(case, device, dry_run):
                  lambda out: out.logits, probe, autocast)
 
 
+def fuse(case, model):
+    """The fused contender: fuse_linear_act, then fuse_loss."""
+    import torch_gemm_act
+    return fuse_loss(case, torch_gemm_act.fuse_linear_act(model))
+
+
+def fuse_loss(case, model):
+    """For the causal LMs, the head's loss through linear_cross_entropy
+    (fuse_lm_loss): a model-level opt-in, as enable_compile_fusion() is. The
+    compile pass cannot do it (the model returns its logits), so compile
+    fusion's contender takes it too."""
+    import torch_gemm_act
+    return torch_gemm_act.fuse_lm_loss(model) if WHOLE[case][0] in ("gpt2", "llama") else model
+
+
 def unwrap(model):
     """The module under torch.compile's wrapper and compiled.own_frame's."""
     while hasattr(model, "_orig_mod") or type(model).__name__ == "OwnFrame":

@@ -65,6 +65,21 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def(
       "gemm_glu(Tensor a, Tensor b_gate, Tensor b_up, Tensor? bias_gate, Tensor? bias_up, "
       "str activation, float negative_slope, bool store_preact) -> (Tensor, Tensor)");
+  // The language-model loss's two passes over a chunk of logits
+  // (torch_gemm_act.linear_cross_entropy; ce_chunk.h): z [rows, width] holds
+  // vocabulary columns [v0, v0 + width), target [rows] the class indices;
+  // with softcap > 0 a logit is softcap * tanh(z / softcap). The forward
+  // folds the chunk into each row's running log-sum-exp, sets target_logit
+  // where the target falls in the chunk and adds the logits to logit_sum
+  // where given (label smoothing), in place (fp32; float64 for float64 z).
+  m.def(
+      "ce_chunk_forward(Tensor z, Tensor target, int v0, float softcap, Tensor(a!) lse, "
+      "Tensor(b!) target_logit, Tensor(c!)? logit_sum) -> ()");
+  // Writes over z its gradient, scale * (exp(logit - lse) - (1 - smoothing)
+  // at the target - smoothing / vocab), times softcap's derivative.
+  m.def(
+      "ce_chunk_backward(Tensor(a!) z, Tensor target, Tensor lse, Tensor scale, int v0, int vocab, "
+      "float label_smoothing, float softcap) -> ()");
   // What gemm_act would run for these arguments (backend, kernel), computing
   // nothing: torch_gemm_act.explain.
   m.def(

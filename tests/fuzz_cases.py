@@ -241,6 +241,26 @@ COMPILE_MODELS = (("gelu", 64, 96, True, "module"), ("relu", 128, 40, True, "mod
                   ("gelu_tanh", 64, 72, True, "conv1d_formula"))
 
 
+def draw_linear_ce(rng, device):
+    """linear_cross_entropy: tokens (flat or [batch, sequence]), width,
+    vocabulary (odd, chunk-sized, several chunks), bias, reduction, label
+    smoothing, softcap, the share of ignored targets, and now and then
+    chunks of 128 columns (many chunks at small sizes)."""
+    p = {}
+    _common(rng, device, p)
+    tokens = rng.choice((rng.randint(1, 300), 8 * rng.randint(1, 64)))
+    p["lead"] = [tokens] if rng.random() < 0.7 or tokens % 4 else [4, tokens // 4]
+    p["k"] = rng.choice((rng.randint(1, 96), 16 * rng.randint(1, 16)))
+    p["vocab"] = rng.choice((rng.randint(1, 400), rng.randint(400, 5000), 128 * rng.randint(1, 40)))
+    p["bias"] = rng.random() < 0.4
+    p["reduction"] = rng.choice(("mean", "sum", "none"))
+    p["smoothing"] = rng.choice((0.0, 0.0, 0.1, 0.3))
+    p["softcap"] = rng.choice((None, None, 30.0, 5.0))
+    p["ignored"] = rng.choice((0.0, 0.1, 0.5, 1.0))
+    p["small_chunks"] = rng.random() < 0.5
+    return p
+
+
 ROUTES = {
     "gemm_act": draw_gemm_act,
     "linear_act": lambda rng, dev: draw_linear(rng, dev, "linear_act"),
@@ -252,6 +272,7 @@ ROUTES = {
     "gated_module": lambda rng, dev: draw_glu(rng, dev, "gated_module"),
     "packed_glu": lambda rng, dev: draw_glu(rng, dev, "packed_glu"),
     "compile": draw_compile,
+    "linear_cross_entropy": draw_linear_ce,
 }
 
 

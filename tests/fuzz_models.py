@@ -1,6 +1,7 @@
 """The fuzz's model routes (fuzz.py): MLPs fused by fuse_linear_act, the
 gated operators and modules, and the compile-fusion pass."""
 
+import contextlib
 import copy
 import math
 
@@ -346,9 +347,62 @@ def build_compile(case, data):
     return Trial(inputs, ours, theirs, ref, _comp(p), (True,), theirs_alt=theirs_alt, ties=act in RELU_FAMILY)
 
 
+def _chunks_of_128(tokens, width, vocab, element_size):
+    return 128
+
+
+def build_linear_ce(case, data):
+    """linear_cross_entropy against F.linear + F.cross_entropy, both against float64."""
+    from unittest import mock
+
+    from torch_gemm_act import _policy
+
+    p, dev = case.p, case.device
+    dtype, lead, k, vocab = _dtype(p), tuple(p["lead"]), p["k"], p["vocab"]
+    wscale = 1.0 / math.sqrt(k) if p["scaled"] else 1.0
+    h = data.randn(*lead, k, dtype=dtype)
+    w = data.randn(vocab, k, dtype=dtype, scale=wscale)
+    b = data.randn(vocab, dtype=dtype) if p["bias"] else None
+    target = torch.randint(vocab, lead, generator=data.gen, device=dev)
+    ignored = torch.rand(lead, generator=data.gen, device=dev) < p["ignored"]
+    target = torch.where(ignored, -100, target)
+    data.bases.append(target)
+    inputs = {"hidden": h, "weight": w}
+    if b is not None:
+        inputs["bias"] = b
+    if p["train"]:
+        for t in inputs.values():
+            t.requires_grad_(True)
+    options = dict(reduction=p["reduction"], label_smoothing=p["smoothing"])
+
+    def logits(h, w, b):
+        z = F.linear(h, w, b)
+        return p["softcap"] * torch.tanh(z / p["softcap"]) if p["softcap"] else z
+
+    def ours():
+        chunks = mock.patch.object(_policy, "ce_chunk", _chunks_of_128) if p["small_chunks"] else contextlib.nullcontext()
+        with chunks:
+            y = tga.linear_cross_entropy(inputs["hidden"], inputs["weight"], target, inputs.get("bias"),
+                                         softcap=p["softcap"], **options)
+        return (y,), None
+
+    def theirs():
+        z = logits(inputs["hidden"], inputs["weight"], inputs.get("bias"))
+        y = F.cross_entropy(z.reshape(-1, vocab), target.reshape(-1), **options)
+        return (y.reshape(lead) if p["reduction"] == "none" else y,), None
+
+    def ref(t64, hint):
+        z = logits(t64["hidden"], t64["weight"], t64.get("bias"))
+        y = F.cross_entropy(z.reshape(-1, vocab), target.reshape(-1), **options)
+        return (y.reshape(lead) if p["reduction"] == "none" else y,)
+
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,))
+
+
 BUILDERS = {"gemm_act": build_gemm_act, "linear_act": build_linear, "linear_module": build_linear,
             "conv1d": build_linear, "fuse_mlp": build_mlp, "gemm_glu": build_glu, "gated_linear_act": build_glu,
-            "gated_module": build_glu, "packed_glu": build_glu, "compile": build_compile}
+            "gated_module": build_glu, "packed_glu": build_glu, "compile": build_compile,
+            "linear_cross_entropy": build_linear_ce}
 
 # --------------------------------------------------------------------------
 # Running and checking a trial

@@ -151,6 +151,22 @@ def run_cases(only_bf16_weight_t, small):
                 y = torch.ops.gemm_act.glu(h, "silu", 0.01)
                 torch.ops.gemm_act.glu_backward(torch.randn_like(y), h, "gelu", 0.01)
                 count += 2
+    # linear_cross_entropy's chunk passes: widths a multiple of the 16-byte
+    # group or not, rows padded or not, the chunk starting off a 16-byte
+    # boundary, targets inside, outside and ignored, softcap on and off.
+    for dtype in (torch.bfloat16, torch.float32):
+        for rows, width, ld, offset in ((33, 64, 64, 0), (17, 13, 16, 0), (9, 136, 139, 1), (5, 1, 8, 0)):
+            base = torch.randn(rows * ld + offset, device=dev, dtype=dtype)
+            z = base[offset:].view(rows, ld)[:, :width]
+            target = torch.randint(-3, width + 3, (rows,), device=dev)
+            target[::4] = -100
+            lse = torch.randn(rows, device=dev)
+            for softcap in (0.0, 2.0):
+                torch.ops.gemm_act.ce_chunk_forward(z, target, 0, softcap, lse, torch.empty_like(lse),
+                                                    torch.zeros_like(lse))
+                torch.ops.gemm_act.ce_chunk_backward(z, target, lse + 1, torch.randn_like(lse), 0, width + 8,
+                                                     0.1, softcap)
+                count += 2
     if small:
         return count
     # Strided / unaligned views.

@@ -57,6 +57,19 @@ def test_whole_models_dry_run(tmp_path):
             assert "liger" in {**r["ms"], **r.get("peers_missing", {}), **r.get("peer_errors", {})}, r
 
 
+def test_linear_ce_dry_run(tmp_path):
+    """The LM-head rows: training only, eager, compile and fused timed (the
+    peers CUDA only, named), each against the fp32 computation."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
+                             "--dry-run-compile", "--rounds", "1", "--out", str(tmp_path), "--cases",
+                             "linear_ce_gpt2"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["mode"] == "training" and set(row["ms"]) == {"eager", "compile", "fused"}, row
+    assert set(row["peers_missing"]) == {"cce", "liger"} and row["correct"], row
+
+
 def test_models_dry_run_compiled(tmp_path):
     """The compiled rows: eager, fused and the unchanged model under compile
     fusion; with --control, a copy of the eager model in every row."""

@@ -111,6 +111,9 @@ def _worker(rank, engine, device, port, out, operator_everywhere):
 
 
 def _run(rank, engine, device, out):
+    if engine == "linear_ce_vocab_parallel":
+        _linear_ce_vocab_parallel(rank, device, out)
+        return
     if engine == "tp":
         _train_tensor_parallel(rank, device, out)
         return
@@ -197,6 +200,33 @@ def _train_tensor_parallel_after_fusion(rank, engine, device, out):
         torch.save({"fused": state}, out)
 
 
+def _linear_ce_case(device):
+    g = torch.Generator().manual_seed(3)
+    hidden, weight = torch.randn(10, 16, generator=g), torch.randn(40, 16, generator=g) / 4
+    target = torch.randint(40, (10,), generator=g)
+    target[::4] = -100
+    return hidden.to(device), weight.to(device), target.to(device)
+
+
+def _linear_ce_vocab_parallel(rank, device, out):
+    """linear_cross_entropy on a vocabulary-parallel head (weight Shard(0)
+    over the ranks, as ColwiseParallel leaves an LM head): the loss and the
+    gradients, the weight's back on its shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh(device, (WORLD,))
+    hidden, weight, target = _linear_ce_case(device)
+    hidden.requires_grad_()
+    sharded = distribute_tensor(weight, mesh, [Shard(0)]).requires_grad_()
+    loss = tga.linear_cross_entropy(hidden, sharded, target, label_smoothing=0.1)
+    loss.backward()
+    assert type(sharded.grad).__name__ == "DTensor" and sharded.grad.placements == (Shard(0),)
+    grad_weight = sharded.grad.full_tensor()  # a collective: every rank takes part
+    if rank == 0:
+        torch.save({"loss": loss.detach().cpu(), "hidden": hidden.grad.cpu(), "weight": grad_weight.cpu()}, out)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -271,3 +301,20 @@ def test_fused_model_trains_under_tensor_parallelism(device, tmp_path):
 @MODELS
 def test_tensor_parallel_plan_applies_to_the_fused_model(model, device, tmp_path):
     _check("tp_plan_after_fusion" + model, tmp_path, device)
+
+
+@DEVICES
+def test_linear_cross_entropy_gathers_a_vocabulary_parallel_head(device, tmp_path):
+    out = str(tmp_path / "linear_ce.pt")
+    mp.spawn(_worker, args=("linear_ce_vocab_parallel", device, _free_port(), out,
+                            tga._policy._operator_everywhere), nprocs=WORLD)
+    got = torch.load(out)
+    hidden, weight, target = _linear_ce_case(device)
+    hidden.requires_grad_()
+    weight.requires_grad_()
+    loss = torch.nn.functional.cross_entropy(hidden @ weight.t(), target, label_smoothing=0.1)
+    loss.backward()
+    tol = dict(rtol=1e-5, atol=1e-6) if device == "cpu" else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got["loss"], loss.detach().cpu(), **tol)
+    torch.testing.assert_close(got["hidden"], hidden.grad.cpu(), **tol)
+    torch.testing.assert_close(got["weight"], weight.grad.cpu(), **tol)

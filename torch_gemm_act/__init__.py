@@ -2,15 +2,18 @@
 
 from .activations import ACTIVATIONS, GATED
 from .chain import linear_act_linear
+from .cross_entropy import LinearCrossEntropy, linear_cross_entropy
 from .functional import explain, gated_linear_act, gemm_act, gemm_glu, linear_act
 from .fuse import FusionReport, fuse_linear_act
+from .lm_loss import fuse_lm_loss
 from .gated_modules import GatedLinearAct, LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
 from .modules import Conv1DAct, LinearAct
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "GATED", "explain", "gemm_act", "linear_act", "linear_act_linear", "gemm_glu",
            "gated_linear_act", "LinearAct", "Conv1DAct", "GatedLinearAct", "LinearGate", "LinearUp",
-           "LinearPackedGlu", "PackedGluActivation", "fuse_linear_act", "FusionReport", "enable_compile_fusion"]
+           "LinearPackedGlu", "PackedGluActivation", "fuse_linear_act", "FusionReport", "enable_compile_fusion",
+           "linear_cross_entropy", "LinearCrossEntropy", "fuse_lm_loss"]
 
 
 def enable_compile_fusion(enabled=True):

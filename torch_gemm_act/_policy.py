@@ -21,6 +21,9 @@ HOST_BOUND_MULTIPLY_ADDS = 1 << NUMBERS["HOST_BOUND_MULTIPLY_ADDS_LOG2"]
 # gated kernel (no sm90 family).
 FUSED_GLU_MIN_ROWS = NUMBERS["MIN_GLU_ROWS"] if "sm90" in _C.cuda_backends() else None
 
+# ce_chunk: a chunk's logits in linear_cross_entropy's chunked path take about this many bytes.
+CE_CHUNK_BYTES = 1 << NUMBERS["CE_CHUNK_BYTES_LOG2"]
+
 # own_node: the activations a host-bound layer in training runs through the
 # operator's node, those differentiated from Y.
 NODE_ACTIVATIONS = _GRAD_FROM_OUTPUT - {IDENTITY}
@@ -159,3 +162,13 @@ def chain_pays(x, b, bias, activation, any_size=False, b_is_weight=False):
     if type(x) not in PLAIN or type(b) not in PLAIN or not needs_grad(x, b, bias):
         return False
     return any_size or not host_bound(x, b.shape[0] if b_is_weight else b.shape[1])
+
+
+def ce_chunk(tokens, width, vocab, element_size):
+    """Rule ce_chunk: the vocabulary columns per chunk of linear_cross_entropy's
+    chunked path over hidden [tokens, width], a multiple of 128: about
+    CE_CHUNK_BYTES of logits of `element_size` bytes each, or hidden's fp32
+    gradient's bytes where more."""
+    chunk_bytes = max(CE_CHUNK_BYTES, 4 * tokens * width)
+    columns = chunk_bytes // (element_size * max(tokens, 1))
+    return min(vocab, max(128, columns // 128 * 128))

@@ -23,6 +23,10 @@ RULES = {
     "links": ("python", "fuse_linear_act links a layer to the next Linear only where act' needs Z", {}),
     "chains": ("python", "a linked layer chains on CUDA where gemm_dact is the fused kernel (hopper_fused); on "
                          "the CPU always", {}),
+    "ce_chunk": ("python", "linear_cross_entropy's chunked path takes the vocabulary in chunks of about "
+                           "2^{CE_CHUNK_BYTES_LOG2} bytes of logits, or as many as hidden's gradient takes in "
+                           "fp32 where that is more (each chunk adds into that sum: a wider chunk, fewer "
+                           "passes over it)", {"CE_CHUNK_BYTES_LOG2": 25}),
     "chain_pays": ("python", "a chained layer publishes Z in training, on plain tensors, where it is not "
                              "host_bound", {}),
     # Both: where the tensor-core kernels run at all.

@@ -1,5 +1,6 @@
 """The one door from Python into the operators: one entry per operator
-(gemm_act, gemm_act_chained, gemm_glu, explain), their torch.ops handles and
+(gemm_act, gemm_act_chained, gemm_glu, explain, and linear_cross_entropy's
+chunk passes), their torch.ops handles and
 fake (meta) kernels. Their autograd is registered in C++ (csrc/autograd.cpp,
 csrc/gated_autograd.cpp)."""
 
@@ -60,6 +61,8 @@ _GEMM_ACT = torch.ops.gemm_act.gemm_act.default
 _GEMM_ACT_CHAINED = torch.ops.gemm_act.gemm_act_chained.default
 explain = torch.ops.gemm_act.explain.default
 gemm_glu = torch.ops.gemm_act.gemm_glu.default
+ce_chunk_forward = torch.ops.gemm_act.ce_chunk_forward.default
+ce_chunk_backward = torch.ops.gemm_act.ce_chunk_backward.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")
@@ -147,3 +150,13 @@ def _gemm_glu_fake(a, b_gate, b_up, bias_gate, bias_up, activation, negative_slo
     y = a.new_empty((*a.shape[:-1], n))
     h = a.new_empty((*a.shape[:-1], 2 * n)) if store_preact else a.new_empty(0)
     return y, h
+
+
+@torch.library.register_fake("gemm_act::ce_chunk_forward")
+def _ce_chunk_forward_fake(z, target, v0, softcap, lse, target_logit, logit_sum):
+    return None
+
+
+@torch.library.register_fake("gemm_act::ce_chunk_backward")
+def _ce_chunk_backward_fake(z, target, lse, scale, v0, vocab, label_smoothing, softcap):
+    return None

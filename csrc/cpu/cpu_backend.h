@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend_args.h"
+#include "ce_chunk.h"
 #include "glu.h"
 
 namespace gemm_act {
@@ -12,5 +13,8 @@ void activation_backward_cpu(const ActivationBackwardArgs& args);
 // The gated activation's passes (glu_cpu.cpp, glu.h).
 void glu_forward_cpu(const GluParams& params, at::ScalarType dtype);
 void glu_backward_cpu(const GluParams& params, at::ScalarType dtype);
+// The language-model loss's chunk passes (ce_chunk_cpu.cpp, ce_chunk.h).
+void ce_chunk_forward_cpu(const CeChunkParams& params, at::ScalarType dtype);
+void ce_chunk_backward_cpu(const CeChunkParams& params, at::ScalarType dtype);
 
 }  // namespace gemm_act

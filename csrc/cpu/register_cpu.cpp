@@ -7,6 +7,7 @@
 #include "checks.h"
 #include "cpu/cpu_backend.h"
 #include "dact_unfused.h"
+#include "ce_chunk_ops.h"
 #include "glu_ops.h"
 
 namespace gemm_act {
@@ -53,4 +54,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cpu>);
   m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_forward_cpu>);
   m.impl("glu_backward", &gemm_act::glu_backward_impl<gemm_act::glu_backward_cpu>);
+  m.impl("ce_chunk_forward", &gemm_act::ce_chunk_forward_impl<gemm_act::ce_chunk_forward_cpu>);
+  m.impl("ce_chunk_backward", &gemm_act::ce_chunk_backward_impl<gemm_act::ce_chunk_backward_cpu>);
 }

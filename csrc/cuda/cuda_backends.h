@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend_args.h"
+#include "ce_chunk.h"
 #include "glu.h"
 
 namespace gemm_act {
@@ -45,5 +46,9 @@ void activation_backward_cuda(const ActivationBackwardArgs& args);
 // The gated activation's passes (glu/glu_pass.cu).
 void glu_forward_cuda(const GluParams& params, at::ScalarType dtype);
 void glu_backward_cuda(const GluParams& params, at::ScalarType dtype);
+
+// The language-model loss's chunk passes (cross_entropy/ce_chunk.cu).
+void ce_chunk_forward_cuda(const CeChunkParams& params, at::ScalarType dtype);
+void ce_chunk_backward_cuda(const CeChunkParams& params, at::ScalarType dtype);
 
 }  // namespace gemm_act

@@ -48,6 +48,7 @@
 #endif
 #include "dact_unfused.h"
 #include "gated.h"
+#include "ce_chunk_ops.h"
 #include "glu_ops.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
@@ -207,14 +208,20 @@ at::Tensor zero_pad_cuda(const at::Tensor& src, int64_t rows, int64_t cols) {
   return gpu::padded_copy(src, rows, cols);
 }
 
-// The gated activation's passes, on a GPU this build has an image for.
-template <GluPass Pass>
-void glu_checked(const GluParams& params, at::ScalarType dtype) {
+// An elementwise pass (the gated activation's, the loss's chunk passes), on a
+// GPU this build has an image for.
+template <class Params, void (*Pass)(const Params&, at::ScalarType)>
+void pass_checked(const Params& params, at::ScalarType dtype) {
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   check_device_supported(device);
   Pass(params, dtype);
 }
+
+constexpr auto glu_forward_checked = pass_checked<GluParams, glu_forward_cuda>;
+constexpr auto glu_backward_checked = pass_checked<GluParams, glu_backward_cuda>;
+constexpr auto ce_chunk_forward_checked = pass_checked<CeChunkParams, ce_chunk_forward_cuda>;
+constexpr auto ce_chunk_backward_checked = pass_checked<CeChunkParams, ce_chunk_backward_cuda>;
 
 }  // namespace
 
@@ -248,7 +255,9 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("gemm_dact", &gemm_act::gemm_dact_impl<gemm_act::gemm_dact_cuda>);
   m.impl("explain", &gemm_act::explain_impl<gemm_act::plan_cuda>);
   m.impl("gemm_glu", &gemm_act::gemm_glu_cuda);
-  m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_checked<gemm_act::glu_forward_cuda>>);
-  m.impl("glu_backward",
-         &gemm_act::glu_backward_impl<gemm_act::glu_checked<gemm_act::glu_backward_cuda>>);
+  m.impl("glu", &gemm_act::glu_impl<gemm_act::glu_forward_checked>);
+  m.impl("glu_backward", &gemm_act::glu_backward_impl<gemm_act::glu_backward_checked>);
+  m.impl("ce_chunk_forward", &gemm_act::ce_chunk_forward_impl<gemm_act::ce_chunk_forward_checked>);
+  m.impl("ce_chunk_backward",
+         &gemm_act::ce_chunk_backward_impl<gemm_act::ce_chunk_backward_checked>);
 }

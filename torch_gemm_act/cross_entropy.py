@@ -1,0 +1,262 @@
+"""linear_cross_entropy: F.cross_entropy(hidden @ weight.T + bias, target)
+and its gradients without the logits ([tokens, vocabulary]) ever held
+whole: a language model's head and its loss as one operator.
+
+The chunked path (every device): the vocabulary in chunks (rule
+ce_chunk), each chunk's logits a GEMM in the inputs' dtype, as F.linear
+writes them. The forward folds each chunk into each row's running
+log-sum-exp, the target's logit and, with label smoothing, the logits' sum
+(the operator ce_chunk_forward, one read of the chunk, fp32 sums); it saves
+the log-sum-exp. The backward computes each chunk's logits again, writes
+over them softmax - onehot (with smoothing, softcap, ignore_index and the
+incoming gradient; ce_chunk_backward) and feeds that to two GEMMs: the
+chunk's rows of weight's gradient, whole, and hidden's gradient, summed
+over chunks in fp32. Nothing synchronises with the GPU.
+"""
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from . import _policy
+from .ops import ce_chunk_backward as _CHUNK_BACKWARD, ce_chunk_forward as _CHUNK_FORWARD
+
+__all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _accumulates_in(dtype):
+    """fp32, or float64 for float64 inputs: the sums' dtype."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _chunks(hidden, weight, bias, step):
+    """(v0, the chunk's logits, its weight rows) for each chunk of `step`
+    vocabulary columns. The logits in hidden's dtype, the bias added
+    before their one rounding, as a GEMM whose C is the bias broadcast (on
+    CUDA, F.linear's bias epilogue on a narrow chunk measured further from
+    float64 than F.linear on the whole vocabulary). Their rows start 16
+    bytes apart at least (an odd width, GPT-2's last chunk, otherwise runs
+    cuBLAS's unaligned kernels)."""
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    per_16_bytes = max(1, 16 // hidden.element_size())
+    for v0 in range(0, vocab, step):
+        v1 = min(v0 + step, vocab)
+        w = weight[v0:v1]
+        ld = -(-(v1 - v0) // per_16_bytes) * per_16_bytes
+        z = hidden.new_empty(tokens, ld)[:, :v1 - v0]
+        if bias is None:
+            torch.mm(hidden, w.t(), out=z)
+        else:
+            torch.addmm(bias[v0:v1].expand(tokens, v1 - v0), hidden, w.t(), out=z)
+        yield v0, z, w
+        del z  # freed before the next chunk's buffer is allocated: one chunk held at a time
+
+
+@torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
+def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
+             reduction: int, label_smoothing: float, softcap: float, chunk: int) -> tuple[Tensor, Tensor]:
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    valid = target != ignore_index
+    _check_targets(target, valid, vocab)
+    acc = dict(device=hidden.device, dtype=_accumulates_in(hidden.dtype))
+    lse = torch.full((tokens,), -math.inf, **acc)
+    target_logit = torch.zeros(tokens, **acc)
+    logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
+    for v0, z, _ in _chunks(hidden, weight, bias, chunk):
+        _CHUNK_FORWARD(z, target, v0, softcap, lse, target_logit, logit_sum)
+        del z
+    loss = lse - (1.0 - label_smoothing) * target_logit
+    if logit_sum is not None:
+        loss = loss - label_smoothing * logit_sum / vocab
+    loss = torch.where(valid, loss, 0.0)
+    if reduction == 1:
+        loss = loss.sum() / valid.sum()
+    elif reduction == 2:
+        loss = loss.sum()
+    return loss, lse
+
+
+def _check_targets(target, valid, vocab):
+    """A target outside [0, vocab) that is not ignore_index: an IndexError on
+    the CPU, as F.cross_entropy raises; on CUDA an asynchronous device
+    assert, as F.cross_entropy's own kernel gives (no synchronisation)."""
+    bad = valid & ((target < 0) | (target >= vocab))
+    if target.is_cuda:
+        torch._assert_async(~bad.any(), "linear_cross_entropy: a target is out of bounds [0, vocab)")
+    elif bad.any():
+        first = target[bad][0].item()
+        raise IndexError(f"linear_cross_entropy: target {first} is out of bounds for a vocabulary of {vocab}")
+
+
+@_forward.register_fake
+def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, chunk):
+    acc = _accumulates_in(hidden.dtype)
+    return hidden.new_empty(target.shape if reduction == 0 else (), dtype=acc), hidden.new_empty(target.shape, dtype=acc)
+
+
+def _add_product(acc, a, b):
+    """acc += a @ b, summed in acc's dtype (fp32 for fp16/bf16 a and b where
+    the GPU's GEMM writes it; on the CPU a @ b is rounded to a's dtype first)."""
+    if acc.dtype == a.dtype:
+        acc.addmm_(a, b)
+    elif a.is_cuda:
+        torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)
+    else:
+        acc += a @ b
+
+
+@torch.library.custom_op("gemm_act::linear_cross_entropy_backward", mutates_args=())
+def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], lse: Tensor,
+              ignore_index: int, reduction: int, label_smoothing: float, softcap: float, chunk: int,
+              needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    tokens, vocab = hidden.shape[0], weight.shape[0]
+    valid = target != ignore_index
+    # The incoming gradient per row: mean divides by the rows that count.
+    acc = _accumulates_in(hidden.dtype)
+    scale = grad.to(acc) / valid.sum() if reduction == 1 else grad.to(acc)
+    scale = torch.where(valid, scale.expand(tokens), 0.0).contiguous()
+    grad_hidden = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if needs[0] else None
+    grad_weight = torch.empty_like(weight) if needs[1] else None
+    grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
+    for v0, z, w in _chunks(hidden, weight, bias, chunk):
+        v1 = v0 + z.shape[1]
+        _CHUNK_BACKWARD(z, target, lse, scale, v0, vocab, label_smoothing, softcap)  # dZ, over z
+        if grad_bias is not None:
+            grad_bias[v0:v1] = z.sum(dim=0, dtype=acc)
+        if grad_weight is not None:
+            torch.mm(z.t(), hidden, out=grad_weight[v0:v1])
+        if grad_hidden is not None:
+            _add_product(grad_hidden, z, w)
+        del z
+    return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else hidden.new_empty(0),
+            grad_weight if grad_weight is not None else hidden.new_empty(0),
+            grad_bias if grad_bias is not None else hidden.new_empty(0))
+
+
+@_backward.register_fake
+def _(grad, hidden, weight, target, bias, lse, ignore_index, reduction, label_smoothing, softcap, chunk, needs):
+    return (torch.empty_like(hidden) if needs[0] else hidden.new_empty(0),
+            torch.empty_like(weight) if needs[1] else hidden.new_empty(0),
+            torch.empty_like(bias) if needs[2] and bias is not None else hidden.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    hidden, weight, target, bias, *args = inputs
+    ctx.save_for_backward(hidden, weight, target, bias, output[1])
+    ctx.args = args  # the forward's chunks among them: the backward's logits round as the forward's did
+
+
+def _autograd(ctx, grad_loss, grad_lse):
+    hidden, weight, target, bias, lse = ctx.saved_tensors
+    needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[3]]
+    gh, gw, gb = _backward(grad_loss, hidden, weight, target, bias, lse, *ctx.args, needs)
+    return (gh if needs[0] else None, gw if needs[1] else None, None, gb if needs[2] else None) + (None,) * len(ctx.args)
+
+
+_forward.register_autograd(_autograd, setup_context=_setup_context)
+
+
+def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, softcap=None, return_lse=False):
+    """``F.cross_entropy(F.linear(hidden, weight, bias), target, ...)`` and its
+    gradients without the logits held whole.
+
+    hidden: [..., D]; weight: [V, D]; target: hidden's leading shape, class
+    indices (ignore_index rows count nowhere); bias: [V] or None. With
+    ``softcap``, the logits pass through ``softcap * tanh(logits / softcap)``
+    first (Gemma 2's head). ``reduction`` as F.cross_entropy's ("none" keeps
+    target's shape). With ``return_lse``, also each row's log-sum-exp of the
+    (softcapped) logits, fp32 (float64 for float64 inputs), target's shape.
+    DTensor operands (a vocabulary-parallel head, weight Shard(0)) are
+    gathered whole on every rank, their gradients returned to their shards:
+    correct, but the loss is not split over the ranks.
+    """
+    loss, lse = _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
+    # F.cross_entropy's dtype: the logits' (hidden's), fp32 under autocast.
+    autocast = torch.is_autocast_enabled(hidden.device.type) and hidden.dtype != torch.float64
+    loss = loss.to(torch.float32 if autocast else hidden.dtype)
+    return (loss, lse) if return_lse else loss
+
+
+def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
+    """linear_cross_entropy's checks and operator call: the loss in fp32
+    (float64 for float64 inputs), and the log-sum-exp."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"linear_cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, "
+                         f"got {reduction!r}")
+    for name, t in (("hidden", hidden), ("weight", weight), ("target", target)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"linear_cross_entropy: {name} must be a tensor, got {type(t).__name__}")
+    hidden, weight, target, bias = (_gathered(t) for t in (hidden, weight, target, bias))
+    if hidden.dim() < 1 or weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear_cross_entropy: expected hidden [..., D] and weight [V, D], got hidden "
+                         f"{tuple(hidden.shape)} and weight {tuple(weight.shape)}")
+    if weight.shape[0] == 0:
+        raise ValueError("linear_cross_entropy: weight has no rows; expected a vocabulary of at least one class")
+    if tuple(target.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"linear_cross_entropy: target must have hidden's leading shape "
+                         f"{tuple(hidden.shape[:-1])}, got {tuple(target.shape)}")
+    if target.dtype not in (torch.int64, torch.int32) or target.is_floating_point():
+        raise TypeError(f"linear_cross_entropy: target must hold class indices (int64), got {target.dtype}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"linear_cross_entropy: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if hidden.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
+        raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype}, "
+                        f"{weight.dtype}" + (f", {bias.dtype}" if bias is not None else ""))
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"linear_cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"linear_cross_entropy: softcap must be positive or None, got {softcap}")
+    lead = target.shape
+    device_type = hidden.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
+    width = hidden.shape[-1]
+    tokens = hidden.numel() // width if width else 0
+    chunk = _policy.ce_chunk(tokens, width, weight.shape[0], dtype.itemsize)
+    args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0), chunk)
+    if autocast:
+        # As autocast runs F.linear (in its dtype) and F.cross_entropy (fp32):
+        # the operands cast once here, forward and backward then in one dtype.
+
+        def cast(t):
+            return t.to(dtype) if t is not None and t.dtype in (torch.float32, torch.float16, torch.bfloat16) else t
+        with torch.autocast(device_type, enabled=False):
+            loss, lse = _forward(cast(hidden).reshape(-1, hidden.shape[-1]), cast(weight), target.reshape(-1).long(),
+                                 cast(bias), *args)
+    else:
+        loss, lse = _forward(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1).long(), bias, *args)
+    return (loss.reshape(lead) if reduction == "none" else loss), lse.reshape(lead)
+
+
+def _gathered(t):
+    """A DTensor as the whole tensor on every rank, its gradient going back
+    to its shards: a vocabulary-parallel head (weight Shard(0)) computes the
+    whole loss on each rank, correct but not split over the ranks."""
+    return t.full_tensor() if type(t).__name__ == "DTensor" else t
+
+
+class LinearCrossEntropy(nn.Linear):
+    """An nn.Linear from hidden states to a vocabulary whose forward(hidden,
+    target) returns the cross-entropy of its logits against target, never
+    holding the logits whole (linear_cross_entropy); its parameters, init
+    and state_dict are nn.Linear's."""
+
+    def __init__(self, in_features, vocab_size, bias=False, device=None, dtype=None, *, ignore_index=-100,
+                 reduction="mean", label_smoothing=0.0, softcap=None):
+        super().__init__(in_features, vocab_size, bias=bias, device=device, dtype=dtype)
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing, self.softcap = label_smoothing, softcap
+
+    def forward(self, hidden, target):
+        return linear_cross_entropy(hidden, self.weight, target, self.bias, ignore_index=self.ignore_index,
+                                    reduction=self.reduction, label_smoothing=self.label_smoothing,
+                                    softcap=self.softcap)
+
+    def extra_repr(self):
+        return super().extra_repr() + f", reduction={self.reduction!r}" + \
+            (f", softcap={self.softcap}" if self.softcap else "")
