@@ -35,6 +35,11 @@ using GemmGluSignature = std::tuple<at::Tensor, at::Tensor>(
 using GemmDactSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
     c10::string_view, double, double);
+using CeChunkForwardSignature = void(const at::Tensor&, const at::Tensor&, int64_t, double,
+                                     const at::Tensor&, const at::Tensor&,
+                                     const std::optional<at::Tensor>&);
+using CeChunkBackwardSignature = void(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                      const at::Tensor&, int64_t, int64_t, double, double);
 
 template <class Signature>
 c10::TypedOperatorHandle<Signature> find(const char* qualified_name) {
@@ -80,6 +85,15 @@ inline const c10::TypedOperatorHandle<GluBackwardSignature>& glu_backward() {
 }
 inline const c10::TypedOperatorHandle<GemmGluSignature>& gemm_glu() {
   static const auto h = find<GemmGluSignature>("gemm_act::gemm_glu");
+  return h;
+}
+
+inline const c10::TypedOperatorHandle<CeChunkForwardSignature>& ce_chunk_forward() {
+  static const auto h = find<CeChunkForwardSignature>("gemm_act::ce_chunk_forward");
+  return h;
+}
+inline const c10::TypedOperatorHandle<CeChunkBackwardSignature>& ce_chunk_backward() {
+  static const auto h = find<CeChunkBackwardSignature>("gemm_act::ce_chunk_backward");
   return h;
 }
 

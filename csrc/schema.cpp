@@ -80,6 +80,20 @@ TORCH_LIBRARY(gemm_act, m) {
   m.def(
       "ce_chunk_backward(Tensor(a!) z, Tensor target, Tensor lse, Tensor scale, int v0, int vocab, "
       "float label_smoothing, float softcap) -> ()");
+  // The two passes over every chunk of `chunk` vocabulary columns of the
+  // logits hidden @ weight.T + bias (hidden [tokens, D], weight [vocab, D]),
+  // each chunk one GEMM into one reused buffer: the forward folds each into
+  // lse, target_logit and logit_sum (ce_chunk_forward); the backward turns
+  // each into its gradient (ce_chunk_backward) and writes the chunk's rows
+  // of grad_weight and grad_bias and adds its share to grad_hidden (in
+  // grad_hidden's dtype), each gradient where given.
+  m.def(
+      "linear_ce_chunks_forward(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, int chunk, "
+      "float softcap, Tensor(a!) lse, Tensor(b!) target_logit, Tensor(c!)? logit_sum) -> ()");
+  m.def(
+      "linear_ce_chunks_backward(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, Tensor lse, "
+      "Tensor scale, int chunk, float label_smoothing, float softcap, Tensor(a!)? grad_hidden, "
+      "Tensor(b!)? grad_weight, Tensor(c!)? grad_bias) -> ()");
   // What gemm_act would run for these arguments (backend, kernel), computing
   // nothing: torch_gemm_act.explain.
   m.def(

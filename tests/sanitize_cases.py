@@ -13,6 +13,7 @@ configurations on the cases it exists for (bf16 with b = weight.t()), and --smal
 
 import argparse
 import itertools
+from unittest import mock
 
 import torch
 
@@ -167,6 +168,17 @@ def run_cases(only_bf16_weight_t, small):
                 torch.ops.gemm_act.ce_chunk_backward(z, target, lse + 1, torch.randn_like(lse), 0, width + 8,
                                                      0.1, softcap)
                 count += 2
+    # The chunk loops behind linear_cross_entropy: an odd vocabulary (the
+    # last chunk narrower, its rows padded), with and without a bias.
+    for dtype in (torch.bfloat16, torch.float32):
+        hidden = torch.randn(19, 24, device=dev, dtype=dtype, requires_grad=True)
+        weight = torch.randn(45, 24, device=dev, dtype=dtype, requires_grad=True)
+        bias = torch.randn(45, device=dev, dtype=dtype, requires_grad=True)
+        target = torch.randint(45, (19,), device=dev)
+        for b in (None, bias):
+            with mock.patch.object(tga._policy, "ce_chunk", lambda *shape: 16):
+                tga.linear_cross_entropy(hidden, weight, target, b).backward()
+            count += 1
     if small:
         return count
     # Strided / unaligned views.

@@ -4,6 +4,7 @@ same-dtype error as the bar; every reduction, ignore_index, label
 smoothing, softcap, bias, odd vocabularies, several chunks; clear errors
 for bad input; the custom ops' registrations (opcheck) and torch.compile."""
 
+import math
 import subprocess
 import sys
 
@@ -290,6 +291,91 @@ def test_chunk_bad_input_says_what_was_given(call, error, match):
     z, t, r = torch.randn(6, 8), torch.randint(8, (6,)), torch.zeros(6)
     with pytest.raises(error, match=match):
         call(z, t, r)
+
+
+def _loop_case(device, dtype, tokens=9, width=12, vocab=45, bias=True):
+    g = torch.Generator().manual_seed(tokens * vocab + width)
+    h = torch.randn(tokens, width, generator=g, dtype=torch.float64)
+    w = torch.randn(vocab, width, generator=g, dtype=torch.float64) / width ** 0.5
+    b = torch.randn(vocab, generator=g, dtype=torch.float64) if bias else None
+    target = torch.randint(vocab, (tokens,), generator=g)
+    target[::4] = -100
+    cast = lambda t: None if t is None else t.to(device, dtype)  # noqa: E731
+    return cast(h), cast(w), cast(b), target.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chunk", [1, 7, 16, 45, 1000])
+@pytest.mark.parametrize("bias", [False, True])
+def test_chunk_loops_against_float64(device, dtype, chunk, bias):
+    """linear_ce_chunks_forward / _backward: every chunk (the last one narrower,
+    its rows padded) folded and differentiated as the whole vocabulary at once."""
+    h, w, b, target = _loop_case(device, dtype, bias=bias)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    tokens, vocab = h.shape[0], w.shape[0]
+    logits = h.cpu().double() @ w.cpu().double().t() + (0 if b is None else b.cpu().double())
+    lse, target_logit, logit_sum = (torch.full((tokens,), -math.inf, device=device, dtype=acc),
+                                    torch.zeros(tokens, device=device, dtype=acc),
+                                    torch.zeros(tokens, device=device, dtype=acc))
+    tga.ops.linear_ce_chunks_forward(h, w, b, target, chunk, 0.0, lse, target_logit, logit_sum)
+    tol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 0.1}[dtype]
+    valid = target.cpu() >= 0
+    torch.testing.assert_close(lse.cpu().double(), torch.logsumexp(logits, 1), rtol=tol, atol=tol)
+    picked = logits.gather(1, target.cpu().clamp(min=0)[:, None]).squeeze(1)
+    torch.testing.assert_close(target_logit.cpu().double()[valid], picked[valid], rtol=tol, atol=tol)
+    torch.testing.assert_close(logit_sum.cpu().double(), logits.sum(1), rtol=tol, atol=tol * vocab)
+
+    scale = torch.where(valid, torch.rand(tokens, dtype=torch.float64) + 0.5, 0.0)
+    grads = (torch.full(h.shape, 0.25, device=device, dtype=acc), torch.full_like(w, float("nan")),
+             None if b is None else torch.full_like(b, float("nan")))
+    exact_lse = torch.logsumexp(logits, 1)
+    tga.ops.linear_ce_chunks_backward(h, w, b, target, exact_lse.to(device, acc), scale.to(device, acc), chunk,
+                                      0.1, 0.0, *grads)
+    onehot = torch.nn.functional.one_hot(target.cpu().clamp(min=0), vocab).double()
+    dz = (torch.exp(logits - exact_lse[:, None]) - 0.1 / vocab - 0.9 * onehot) * scale[:, None]
+    dtol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 3e-2}[dtype]
+    torch.testing.assert_close(grads[0].cpu().double(), 0.25 + dz @ w.cpu().double(), rtol=dtol, atol=dtol)
+    torch.testing.assert_close(grads[1].cpu().double(), dz.t() @ h.cpu().double(), rtol=dtol, atol=dtol)
+    if b is not None:
+        torch.testing.assert_close(grads[2].cpu().double(), dz.sum(0), rtol=dtol, atol=dtol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunk_loops_opcheck(device):
+    h, w, b, target = _loop_case(device, torch.float32)
+    rows = lambda: torch.zeros(h.shape[0], device=device)  # noqa: E731
+    torch.library.opcheck(torch.ops.gemm_act.linear_ce_chunks_forward.default,
+                          (h, w, b, target, 16, 0.0, rows() - 100, rows(), rows()))
+    torch.library.opcheck(torch.ops.gemm_act.linear_ce_chunks_backward.default,
+                          (h, w, b, target, rows() + 5, rows() + 1, 16, 0.1, 2.0, torch.zeros_like(h),
+                           torch.empty_like(w), torch.empty_like(b)))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_forward(h[0], w, b, t, 8, 0.0, r, r.clone(), None),
+     ValueError, "2-D"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_forward(h[:, :5], w, b, t, 8, 0.0, r, r.clone(), None),
+     ValueError, "width"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_forward(h.double(), w, b, t, 8, 0.0, r, r.clone(), None),
+     TypeError, "dtype"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_forward(h, w, b[:3], t, 8, 0.0, r, r.clone(), None),
+     ValueError, "bias"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_forward(h, w, b, t, 0, 0.0, r, r.clone(), None),
+     ValueError, "chunk"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_backward(h, w, b, t, r, r, 8, 0.0, 0.0, None, w[:3], None),
+     ValueError, "grad_weight"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_backward(h, w, b, t, r, r, 8, 0.0, 0.0, None, w.t().t().double(),
+                                                             None), TypeError, "grad_weight"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_backward(h, w, None, t, r, r, 8, 0.0, 0.0, None, None, b),
+     ValueError, "needs a bias"),
+    (lambda h, w, b, t, r: tga.ops.linear_ce_chunks_backward(h, w, b, t, r, r, 8, 0.0, 0.0, h.t(), None, None),
+     ValueError, "grad_hidden"),
+])
+def test_chunk_loops_bad_input_says_what_was_given(call, error, match):
+    h, w, b, t = _loop_case("cpu", torch.float32)
+    with pytest.raises(error, match=match):
+        call(h, w, b, t, torch.zeros(h.shape[0]))
 
 
 @requires_cuda

@@ -4,7 +4,8 @@ whole: a language model's head and its loss as one operator.
 
 The chunked path (every device): the vocabulary in chunks (rule
 ce_chunk), each chunk's logits a GEMM in the inputs' dtype, as F.linear
-writes them. The forward folds each chunk into each row's running
+writes them, the loop over chunks one operator per pass
+(linear_ce_chunks_forward and _backward, in C++). The forward folds each chunk into each row's running
 log-sum-exp, the target's logit and, with label smoothing, the logits' sum
 (the operator ce_chunk_forward, one read of the chunk, fp32 sums); it saves
 the log-sum-exp. The backward computes each chunk's logits again, writes
@@ -21,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _policy
-from .ops import ce_chunk_backward as _CHUNK_BACKWARD, ce_chunk_forward as _CHUNK_FORWARD
+from .ops import linear_ce_chunks_backward as _CHUNKS_BACKWARD, linear_ce_chunks_forward as _CHUNKS_FORWARD
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
 
@@ -31,29 +32,6 @@ _REDUCTIONS = ("none", "mean", "sum")
 def _accumulates_in(dtype):
     """fp32, or float64 for float64 inputs: the sums' dtype."""
     return torch.promote_types(dtype, torch.float32)
-
-
-def _chunks(hidden, weight, bias, step):
-    """(v0, the chunk's logits, its weight rows) for each chunk of `step`
-    vocabulary columns. The logits in hidden's dtype, the bias added
-    before their one rounding, as a GEMM whose C is the bias broadcast (on
-    CUDA, F.linear's bias epilogue on a narrow chunk measured further from
-    float64 than F.linear on the whole vocabulary). Their rows start 16
-    bytes apart at least (an odd width, GPT-2's last chunk, otherwise runs
-    cuBLAS's unaligned kernels)."""
-    tokens, vocab = hidden.shape[0], weight.shape[0]
-    per_16_bytes = max(1, 16 // hidden.element_size())
-    for v0 in range(0, vocab, step):
-        v1 = min(v0 + step, vocab)
-        w = weight[v0:v1]
-        ld = -(-(v1 - v0) // per_16_bytes) * per_16_bytes
-        z = hidden.new_empty(tokens, ld)[:, :v1 - v0]
-        if bias is None:
-            torch.mm(hidden, w.t(), out=z)
-        else:
-            torch.addmm(bias[v0:v1].expand(tokens, v1 - v0), hidden, w.t(), out=z)
-        yield v0, z, w
-        del z  # freed before the next chunk's buffer is allocated: one chunk held at a time
 
 
 @torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
@@ -66,9 +44,7 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
     lse = torch.full((tokens,), -math.inf, **acc)
     target_logit = torch.zeros(tokens, **acc)
     logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
-    for v0, z, _ in _chunks(hidden, weight, bias, chunk):
-        _CHUNK_FORWARD(z, target, v0, softcap, lse, target_logit, logit_sum)
-        del z
+    _CHUNKS_FORWARD(hidden, weight, bias, target, chunk, softcap, lse, target_logit, logit_sum)
     loss = lse - (1.0 - label_smoothing) * target_logit
     if logit_sum is not None:
         loss = loss - label_smoothing * logit_sum / vocab
@@ -98,40 +74,22 @@ def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, so
     return hidden.new_empty(target.shape if reduction == 0 else (), dtype=acc), hidden.new_empty(target.shape, dtype=acc)
 
 
-def _add_product(acc, a, b):
-    """acc += a @ b, summed in acc's dtype (fp32 for fp16/bf16 a and b where
-    the GPU's GEMM writes it; on the CPU a @ b is rounded to a's dtype first)."""
-    if acc.dtype == a.dtype:
-        acc.addmm_(a, b)
-    elif a.is_cuda:
-        torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)
-    else:
-        acc += a @ b
-
-
 @torch.library.custom_op("gemm_act::linear_cross_entropy_backward", mutates_args=())
 def _backward(grad: Tensor, hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], lse: Tensor,
               ignore_index: int, reduction: int, label_smoothing: float, softcap: float, chunk: int,
               needs: list[bool]) -> tuple[Tensor, Tensor, Tensor]:
-    tokens, vocab = hidden.shape[0], weight.shape[0]
+    tokens = hidden.shape[0]
     valid = target != ignore_index
     # The incoming gradient per row: mean divides by the rows that count.
     acc = _accumulates_in(hidden.dtype)
     scale = grad.to(acc) / valid.sum() if reduction == 1 else grad.to(acc)
     scale = torch.where(valid, scale.expand(tokens), 0.0).contiguous()
     grad_hidden = torch.zeros(hidden.shape, dtype=acc, device=hidden.device) if needs[0] else None
-    grad_weight = torch.empty_like(weight) if needs[1] else None
-    grad_bias = torch.empty_like(bias) if needs[2] and bias is not None else None
-    for v0, z, w in _chunks(hidden, weight, bias, chunk):
-        v1 = v0 + z.shape[1]
-        _CHUNK_BACKWARD(z, target, lse, scale, v0, vocab, label_smoothing, softcap)  # dZ, over z
-        if grad_bias is not None:
-            grad_bias[v0:v1] = z.sum(dim=0, dtype=acc)
-        if grad_weight is not None:
-            torch.mm(z.t(), hidden, out=grad_weight[v0:v1])
-        if grad_hidden is not None:
-            _add_product(grad_hidden, z, w)
-        del z
+    # Written in place by the chunks' passes: contiguous, whatever the parameters' strides.
+    grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format) if needs[1] else None
+    grad_bias = torch.empty_like(bias, memory_format=torch.contiguous_format) if needs[2] and bias is not None else None
+    _CHUNKS_BACKWARD(hidden, weight, bias, target, lse, scale, chunk, label_smoothing, softcap,
+                     grad_hidden, grad_weight, grad_bias)
     return (grad_hidden.to(hidden.dtype) if grad_hidden is not None else hidden.new_empty(0),
             grad_weight if grad_weight is not None else hidden.new_empty(0),
             grad_bias if grad_bias is not None else hidden.new_empty(0))

@@ -63,6 +63,8 @@ explain = torch.ops.gemm_act.explain.default
 gemm_glu = torch.ops.gemm_act.gemm_glu.default
 ce_chunk_forward = torch.ops.gemm_act.ce_chunk_forward.default
 ce_chunk_backward = torch.ops.gemm_act.ce_chunk_backward.default
+linear_ce_chunks_forward = torch.ops.gemm_act.linear_ce_chunks_forward.default
+linear_ce_chunks_backward = torch.ops.gemm_act.linear_ce_chunks_backward.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")
@@ -159,4 +161,15 @@ def _ce_chunk_forward_fake(z, target, v0, softcap, lse, target_logit, logit_sum)
 
 @torch.library.register_fake("gemm_act::ce_chunk_backward")
 def _ce_chunk_backward_fake(z, target, lse, scale, v0, vocab, label_smoothing, softcap):
+    return None
+
+
+@torch.library.register_fake("gemm_act::linear_ce_chunks_forward")
+def _linear_ce_chunks_forward_fake(hidden, weight, bias, target, chunk, softcap, lse, target_logit, logit_sum):
+    return None
+
+
+@torch.library.register_fake("gemm_act::linear_ce_chunks_backward")
+def _linear_ce_chunks_backward_fake(hidden, weight, bias, target, lse, scale, chunk, label_smoothing, softcap,
+                                    grad_hidden, grad_weight, grad_bias):
     return None

@@ -1,0 +1,150 @@
+// linear_ce_chunks_forward and _backward, one for every backend: the loop
+// over the vocabulary's chunks of torch_gemm_act.linear_cross_entropy, in
+// C++ so that a chunk costs its launches and not a Python iteration's (the
+// step of a compiled model is issued by the host; see DESIGN.md).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+#include "op_handles.h"
+
+namespace gemm_act {
+namespace {
+
+constexpr const char* kForward = "linear_ce_chunks_forward";
+constexpr const char* kBackward = "linear_ce_chunks_backward";
+
+void check_operands(const at::Tensor& hidden, const at::Tensor& weight,
+                    const std::optional<at::Tensor>& bias, int64_t chunk, const char* op) {
+  TORCH_CHECK_VALUE(hidden.dim() == 2 && weight.dim() == 2, op,
+                    ": hidden [tokens, D] and weight [vocab, D] must be 2-D, got shapes ",
+                    hidden.sizes(), " and ", weight.sizes());
+  TORCH_CHECK_VALUE(hidden.size(1) == weight.size(1), op, ": hidden's width ", hidden.size(1),
+                    " must equal weight's ", weight.size(1));
+  TORCH_CHECK_TYPE(at::isFloatingType(hidden.scalar_type()) &&
+                       weight.scalar_type() == hidden.scalar_type(),
+                   op, ": hidden and weight must share one floating-point dtype, got ",
+                   hidden.scalar_type(), " and ", weight.scalar_type());
+  TORCH_CHECK_VALUE(weight.device() == hidden.device(), op, ": weight must be on hidden's device ",
+                    hidden.device(), ", got ", weight.device());
+  if (bias.has_value()) {
+    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == weight.size(0), op, ": bias must be [",
+                      weight.size(0), "], got shape ", bias->sizes());
+    TORCH_CHECK_TYPE(bias->scalar_type() == hidden.scalar_type(), op, ": bias must be ",
+                     hidden.scalar_type(), ", got ", bias->scalar_type());
+    TORCH_CHECK_VALUE(bias->device() == hidden.device(), op, ": bias must be on hidden's device ",
+                      hidden.device(), ", got ", bias->device());
+  }
+  TORCH_CHECK_VALUE(chunk >= 1, op, ": chunk must be at least 1 column, got ", chunk);
+}
+
+void check_gradient(const std::optional<at::Tensor>& grad, const at::Tensor& like, bool same_dtype,
+                    const char* op, const char* name) {
+  if (!grad.has_value()) return;
+  TORCH_CHECK_VALUE(grad->sizes() == like.sizes(), op, ": ", name, " must have shape ",
+                    like.sizes(), ", got ", grad->sizes());
+  TORCH_CHECK_TYPE(!same_dtype || grad->scalar_type() == like.scalar_type(), op, ": ", name,
+                   " must be ", like.scalar_type(), ", got ", grad->scalar_type());
+  TORCH_CHECK_TYPE(at::isFloatingType(grad->scalar_type()), op, ": ", name,
+                   " must be floating-point, got ", grad->scalar_type());
+  TORCH_CHECK_VALUE(grad->device() == like.device() && grad->is_contiguous(), op, ": ", name,
+                    " is written in place and must be contiguous on ", like.device());
+}
+
+// The chunks' logits live in one buffer, each chunk's rows 16 bytes apart at
+// least (an odd width, GPT-2's last chunk, otherwise runs cuBLAS's unaligned
+// kernels); one chunk is held at a time.
+struct Chunks {
+  at::Tensor buffer;
+  int64_t tokens, vocab, chunk, per_16_bytes;
+
+  Chunks(const at::Tensor& hidden, int64_t vocab, int64_t chunk)
+      : tokens(hidden.size(0)), vocab(vocab), chunk(std::min(chunk, std::max<int64_t>(vocab, 1))),
+        per_16_bytes(std::max<int64_t>(1, 16 / hidden.element_size())) {
+    buffer = at::empty({tokens * padded(this->chunk)}, hidden.options());
+  }
+  int64_t padded(int64_t width) const { return (width + per_16_bytes - 1) / per_16_bytes * per_16_bytes; }
+  int64_t width(int64_t v0) const { return std::min(chunk, vocab - v0); }
+
+  // The logits of columns [v0, v0 + width) in hidden's dtype, the bias added
+  // before their one rounding, as a GEMM whose C is the bias broadcast (on
+  // CUDA, F.linear's bias epilogue on a narrow chunk measured further from
+  // float64 than F.linear on the whole vocabulary).
+  at::Tensor logits(const at::Tensor& hidden, const at::Tensor& weight,
+                    const std::optional<at::Tensor>& bias, int64_t v0) {
+    const int64_t w = width(v0), ld = padded(w);
+    at::Tensor z = buffer.narrow(0, 0, tokens * ld).view({tokens, ld}).narrow(1, 0, w);
+    const at::Tensor wt = weight.narrow(0, v0, w).t();
+    if (bias.has_value()) {
+      at::addmm_out(z, bias->narrow(0, v0, w).expand({tokens, w}), hidden, wt);
+    } else {
+      at::mm_out(z, hidden, wt);
+    }
+    return z;
+  }
+};
+
+void linear_ce_chunks_forward(const at::Tensor& hidden, const at::Tensor& weight,
+                              const std::optional<at::Tensor>& bias, const at::Tensor& target,
+                              int64_t chunk, double softcap, const at::Tensor& lse,
+                              const at::Tensor& target_logit,
+                              const std::optional<at::Tensor>& logit_sum) {
+  check_operands(hidden, weight, bias, chunk, kForward);
+  Chunks chunks(hidden, weight.size(0), chunk);
+  for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
+    const at::Tensor z = chunks.logits(hidden, weight, bias, v0);
+    op::ce_chunk_forward().call(z, target, v0, softcap, lse, target_logit, logit_sum);
+  }
+}
+
+// acc += a @ b, summed in acc's dtype (fp32 for fp16/bf16 a and b where the
+// GPU's GEMM writes it; on the CPU a @ b is rounded to a's dtype first).
+void add_product(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b) {
+  if (acc.scalar_type() == a.scalar_type()) {
+    acc.addmm_(a, b);
+  } else if (a.is_cuda()) {
+    at::addmm_out(acc, acc, a, b, acc.scalar_type());
+  } else {
+    acc.add_(at::mm(a, b));
+  }
+}
+
+void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, const at::Tensor& target,
+                               const at::Tensor& lse, const at::Tensor& scale, int64_t chunk,
+                               double label_smoothing, double softcap,
+                               const std::optional<at::Tensor>& grad_hidden,
+                               const std::optional<at::Tensor>& grad_weight,
+                               const std::optional<at::Tensor>& grad_bias) {
+  check_operands(hidden, weight, bias, chunk, kBackward);
+  check_gradient(grad_hidden, hidden, false, kBackward, "grad_hidden");
+  check_gradient(grad_weight, weight, true, kBackward, "grad_weight");
+  TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kBackward,
+                    ": grad_bias needs a bias");
+  if (bias.has_value()) check_gradient(grad_bias, *bias, true, kBackward, "grad_bias");
+  const at::ScalarType acc = lse.scalar_type();
+  std::optional<at::Tensor> gh = grad_hidden;
+  Chunks chunks(hidden, weight.size(0), chunk);
+  for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
+    const at::Tensor z = chunks.logits(hidden, weight, bias, v0);
+    const int64_t w = z.size(1);
+    op::ce_chunk_backward().call(z, target, lse, scale, v0, chunks.vocab, label_smoothing, softcap);
+    if (grad_bias.has_value()) grad_bias->narrow(0, v0, w).copy_(z.sum(0, false, acc));
+    if (grad_weight.has_value()) {
+      at::Tensor rows = grad_weight->narrow(0, v0, w);
+      at::mm_out(rows, z.t(), hidden);
+    }
+    if (gh.has_value()) add_product(*gh, z, weight.narrow(0, v0, w));
+  }
+}
+
+}  // namespace
+}  // namespace gemm_act
+
+TORCH_LIBRARY_IMPL(gemm_act, CompositeExplicitAutograd, m) {
+  m.impl("linear_ce_chunks_forward", &gemm_act::linear_ce_chunks_forward);
+  m.impl("linear_ce_chunks_backward", &gemm_act::linear_ce_chunks_backward);
+}
