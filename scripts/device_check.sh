@@ -14,7 +14,7 @@
 #   (there) tar xzf .deps/objs.tgz -C build/temp.linux-x86_64-cpython-312
 # Measurement steps (not run unless named): models (bench/models.py;
 # MODELS_ARGS, e.g. "--rounds 3"), sweep (bench/kernel_sweep.py), and the
-# diagnostics of bench/diag: clock, mmkernels, ncu, hotspots, launch.
+# diagnostics of bench/diag: clock, mmkernels, ncu, hotspots, launch, profile.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
@@ -174,6 +174,12 @@ fi
 if want models; then
 step "model-level benchmark"
 python3 bench/models.py --out "$OUT" ${MODELS_ARGS:-} 2>&1 | tee "$OUT/models.log" | tail -25
+fi
+
+if want profile; then
+step "a whole model's step under torch.profiler, eager against fused: PROFILE_ARGS='${PROFILE_ARGS:---case whole_gpt2 --compiled}'"
+python3 bench/diag/step_profile.py ${PROFILE_ARGS:---case whole_gpt2 --compiled} 2>&1 \
+  | grep -v "_warn_once\|Warning" | tee "$OUT/step_profile.log" | tail -40
 fi
 
 if want launch; then
