@@ -80,16 +80,26 @@ def runs_atens_ops(x, n):
     return x.is_cpu
 
 
+def computes_in(x):
+    """The dtype a GEMM on x computes in: autocast's where it is on for x's
+    device and casts x (fp32, as csrc/autocast.cpp casts, like F.linear),
+    else x's own. Traced, Dynamo folds both autocast reads into guards."""
+    if x.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
 # Whether each CUDA device runs the sm90 family (rule hopper_fused).
 _HOPPER = {}
 
 
 def hopper_fused(x):
     """Rule hopper_fused: whether the operators fuse on x's GPU what no
-    library call does: gemm_glu's fused kernel and gemm_dact's, fp16/bf16 on
-    sm_90. Elsewhere both are cuBLAS GEMMs and a pass,
-    which saves neither a chain nor compiled code anything."""
-    if not (isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
+    library call does: gemm_glu's fused kernel and gemm_dact's, fp16/bf16
+    (autocast's casts applied: computes_in) on sm_90. Elsewhere both are
+    cuBLAS GEMMs and a pass, which saves neither a chain nor compiled code
+    anything."""
+    if not (isinstance(x, torch.Tensor) and x.is_cuda and computes_in(x) in (torch.float16, torch.bfloat16)):
         return False
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     fused = _HOPPER.get(index)
@@ -102,10 +112,11 @@ def hopper_fused(x):
 def compiles_as_eager(a, activation=None, needs_grad=False):
     """Rule compiles_as_eager: whether, under torch.compile, a call on `a`
     takes eager's formula instead of the operator: on the CPU (cpu_atens);
-    on CUDA exact fp32 and fp64, where the operator runs cuBLAS's GEMM as
-    eager does and Inductor fuses the rest itself; in training, activations
-    differentiated from Y, which do not chain on CUDA and through the
-    operator were no faster at a higher peak."""
+    on CUDA exact fp32 and fp64 (autocast's casts applied: computes_in),
+    where the operator runs cuBLAS's GEMM as eager does and Inductor fuses
+    the rest itself; in training, activations differentiated from Y, which
+    do not chain on CUDA and through the operator were no faster at a
+    higher peak."""
     if not isinstance(a, torch.Tensor):
         return False
     if not a.is_cuda:
@@ -113,7 +124,8 @@ def compiles_as_eager(a, activation=None, needs_grad=False):
         return cpu_atens(a)
     # PyTorch's TF32 switch read directly: traced, torch.backends.cuda.matmul's
     # Python __getattr__ adds guards evaluated in Python on every call.
-    exact = a.dtype == torch.float64 or (a.dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
+    dtype = computes_in(a)
+    exact = dtype == torch.float64 or (dtype == torch.float32 and not torch._C._get_cublas_allow_tf32())
     return exact or (needs_grad and activation in _GRAD_FROM_OUTPUT)
 
 
