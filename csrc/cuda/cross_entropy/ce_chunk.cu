@@ -1,6 +1,7 @@
 // The language-model loss's chunk passes on CUDA (ce_chunk.h): a warp per
-// row, 16-byte accesses where the chunk's width and row stride allow them;
-// one read of the chunk forward, one read and one write backward.
+// row, 16-byte accesses where the chunk's width and row stride allow them,
+// several in flight per lane; one read of the chunk forward, one read and
+// one write backward.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
@@ -16,14 +17,18 @@
 namespace gemm_act {
 namespace {
 
-constexpr int kWarps = 8;  // rows per block
+constexpr int kWarps = 8;     // rows per block
+constexpr int kInFlight = 4;  // groups each lane loads before it computes on them
 
-// Each lane: kWidth consecutive columns at a time of its warp's row.
+// Each lane: kWidth consecutive columns at a time of its warp's row, up to
+// kInFlight such groups loaded at once (a row is a few groups per lane: one
+// load at a time leaves the pass waiting on memory).
 template <class Element, int kWidth, bool kBackward>
 __global__ void ce_chunk_kernel(CeChunkParams p) {
   using Num = gpu::Numeric<Element>;
   using Acc = typename Num::Compute;
   using Group = gpu::AlignedArray<Element, kWidth>;
+  constexpr int kStride = 32 * kWidth;  // columns between a lane's groups
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
   if (row >= p.rows) return;
@@ -33,32 +38,44 @@ __global__ void ce_chunk_kernel(CeChunkParams p) {
   const int width = static_cast<int>(p.width);
   const int t = tt >= 0 && tt < width ? static_cast<int>(tt) : -1;  // the target's column here, or -1
   auto* lse = static_cast<Acc*>(p.lse);
+  Acc m = ce::minus_inf<Acc>(), s = Acc(0), sum = Acc(0);
+  Acc row_lse = Acc(0), scale = Acc(0), smoothing = Acc(0), inv_vocab = Acc(0);
   if constexpr (kBackward) {
-    const Acc row_lse = lse[row], scale = static_cast<const Acc*>(p.scale)[row];
-    const Acc smoothing = static_cast<Acc>(p.label_smoothing);
-    const Acc inv_vocab = Acc(1) / static_cast<Acc>(p.vocab);
-    for (int j = lane * kWidth; j < width; j += 32 * kWidth) {
-      Group g = *reinterpret_cast<const Group*>(z + j);
+    row_lse = lse[row];
+    scale = static_cast<const Acc*>(p.scale)[row];
+    smoothing = static_cast<Acc>(p.label_smoothing);
+    inv_vocab = Acc(1) / static_cast<Acc>(p.vocab);
+  }
+  for (int j0 = lane * kWidth; j0 < width; j0 += kStride * kInFlight) {
+    Group g[kInFlight];
 #pragma unroll
-      for (int e = 0; e < kWidth; ++e) {
-        const Acc l = ce::logit(Num::to_compute(g.v[e]), softcap);
-        g.v[e] = Num::from_compute(ce::grad(l, row_lse, scale, j + e == t, smoothing, inv_vocab, softcap));
-      }
-      *reinterpret_cast<Group*>(z + j) = g;
+    for (int u = 0; u < kInFlight; ++u) {
+      if (j0 + u * kStride < width) g[u] = *reinterpret_cast<const Group*>(z + j0 + u * kStride);
     }
-  } else {
-    Acc m = ce::minus_inf<Acc>(), s = Acc(0), sum = Acc(0);
-    for (int j = lane * kWidth; j < width; j += 32 * kWidth) {
-      const Group g = *reinterpret_cast<const Group*>(z + j);
-      Acc l[kWidth];
 #pragma unroll
-      for (int e = 0; e < kWidth; ++e) {
-        l[e] = ce::logit(Num::to_compute(g.v[e]), softcap);
-        sum += l[e];
-        if (j + e == t) static_cast<Acc*>(p.target_logit)[row] = l[e];
+    for (int u = 0; u < kInFlight; ++u) {
+      const int j = j0 + u * kStride;
+      if (j >= width) break;
+      if constexpr (kBackward) {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          const Acc l = ce::logit(Num::to_compute(g[u].v[e]), softcap);
+          g[u].v[e] = Num::from_compute(ce::grad(l, row_lse, scale, j + e == t, smoothing, inv_vocab, softcap));
+        }
+        *reinterpret_cast<Group*>(z + j) = g[u];
+      } else {
+        Acc l[kWidth];
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) {
+          l[e] = ce::logit(Num::to_compute(g[u].v[e]), softcap);
+          sum += l[e];
+          if (j + e == t) static_cast<Acc*>(p.target_logit)[row] = l[e];
+        }
+        ce::add(m, s, l);
       }
-      ce::add(m, s, l);
     }
+  }
+  if constexpr (!kBackward) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
       const Acc m2 = __shfl_xor_sync(0xffffffffu, m, offset);
