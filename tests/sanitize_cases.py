@@ -153,10 +153,12 @@ def run_cases(only_bf16_weight_t, small):
                 torch.ops.gemm_act.glu_backward(torch.randn_like(y), h, "gelu", 0.01)
                 count += 2
     # linear_cross_entropy's chunk passes: widths a multiple of the 16-byte
-    # group or not, rows padded or not, the chunk starting off a 16-byte
-    # boundary, targets inside, outside and ignored, softcap on and off.
+    # group or not, rows padded or not, rows of more groups per lane than
+    # it loads at once, the chunk starting off a 16-byte boundary, targets
+    # inside, outside and ignored, softcap on and off.
     for dtype in (torch.bfloat16, torch.float32):
-        for rows, width, ld, offset in ((33, 64, 64, 0), (17, 13, 16, 0), (9, 136, 139, 1), (5, 1, 8, 0)):
+        for rows, width, ld, offset in ((33, 64, 64, 0), (17, 13, 16, 0), (9, 136, 139, 1), (5, 1, 8, 0),
+                                         (3, 2504, 2504, 0), (2, 2501, 2504, 1)):
             base = torch.randn(rows * ld + offset, device=dev, dtype=dtype)
             z = base[offset:].view(rows, ld)[:, :width]
             target = torch.randint(-3, width + 3, (rows,), device=dev)

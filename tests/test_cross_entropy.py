@@ -216,7 +216,7 @@ def _chunk_expected(z, target, v0, softcap):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0)])
+@pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0), (2504, 0), (2501, 1)])
 @pytest.mark.parametrize("softcap", [0.0, 3.0])
 def test_chunk_forward_against_float64(device, dtype, width, offset, softcap):
     rows, v0 = 37, 64
@@ -238,10 +238,10 @@ def test_chunk_forward_against_float64(device, dtype, width, offset, softcap):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0)])
+@pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0), (2504, 0), (2501, 1)])
 @pytest.mark.parametrize("smoothing,softcap", [(0.0, 0.0), (0.1, 3.0)])
 def test_chunk_backward_against_float64(device, dtype, width, offset, smoothing, softcap):
-    rows, v0, vocab = 37, 64, 2000
+    rows, v0, vocab = 37, 64, 3000
     z, target, full = _chunk_case(rows, width, dtype, device, offset, v0)
     outside = torch.ones_like(full, dtype=torch.bool)
     outside[offset:].view(rows, -1)[:, :width] = False
