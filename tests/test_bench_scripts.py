@@ -109,3 +109,15 @@ def test_bench_gated_row_dry_run(tmp_path):
     assert {r["mode"] for r in rows} == {"inference", "forward", "forward_backward"}
     for r in rows:
         assert {"torch_mm", "eager", "gemm_act"} <= set(r["ms"]) and r["correct"], r
+
+
+def test_step_profile_dry_run():
+    """bench/diag/step_profile.py (device_check.sh's step profile) on a tiny
+    GPT-2 on the CPU: a line per contender with its step, host and busy times."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "diag", "step_profile.py"), "--case",
+                             "whole_gpt2", "--cpu-dry-run", "--steps", "2", "--top", "2"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("--- ")]
+    assert [line.split(":")[0] for line in lines] == ["--- eager", "--- fused"], result.stdout
+    assert all("ms of CPU time in" in line for line in lines), lines

@@ -4,6 +4,9 @@ events, median), the host's time to issue it, the GPU time of its kernels
 and their count (torch.profiler), and the kernels that take the most.
 
     python bench/diag/step_profile.py --case whole_gpt2 [--mode training] [--compiled]
+
+--cpu-dry-run runs a tiny model on the CPU (the script's plumbing, not its
+numbers: wall-clock times, the profiler's CPU events).
 """
 
 import argparse
@@ -26,41 +29,64 @@ def main():
     p.add_argument("--compiled", action="store_true")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=14)
+    p.add_argument("--cpu-dry-run", action="store_true", help="a tiny model on the CPU: for testing this script")
     args = p.parse_args()
-    built = whole.build(args.case, "cuda", False)
+    device = "cpu" if args.cpu_dry_run else "cuda"
+    built = whole.build(args.case, device, args.cpu_dry_run)
     models = {"eager": built.model, "fused": whole.fuse(args.case, copy.deepcopy(built.model))}
     if args.compiled:
         torch._inductor.config.compile_threads = torch._inductor.config.decide_compile_threads()
         models = {name: torch.compile(compiled_.own_frame(m, name)) for name, m in models.items()}
+    if device == "cuda":
+        sync, activity, unit = torch.cuda.synchronize, torch.profiler.ProfilerActivity.CUDA, "kernels"
+
+        def stamp():
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+
+        def elapsed_ms(start):
+            end = stamp()
+            end.synchronize()
+            return start.elapsed_time(end)
+
+        def own_time(e):
+            return e.device_time_total
+    else:
+        sync, activity, unit = (lambda: None), torch.profiler.ProfilerActivity.CPU, "ops"
+        stamp = time.perf_counter
+
+        def elapsed_ms(start):
+            return (time.perf_counter() - start) * 1e3
+
+        def own_time(e):
+            return e.self_cpu_time_total
     print(f"=== {args.case} {args.mode}{' compiled' if args.compiled else ''}")
     for name, model in models.items():
         run = whole.step_fn(model, built, args.mode)
         for _ in range(3):  # compiles, then warms
             run()
-        torch.cuda.synchronize()
+        sync()
         times, host = [], []
         for _ in range(args.steps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
             t0 = time.perf_counter()
+            start = stamp()
             run()
             host.append((time.perf_counter() - t0) * 1e3)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            times.append(elapsed_ms(start))
+        with torch.profiler.profile(activities=[activity]) as prof:
             for _ in range(args.steps):
                 run()
-            torch.cuda.synchronize()
-        kernels = [e for e in prof.key_averages() if e.device_time_total > 0]
-        gpu = sum(e.device_time_total for e in kernels) / 1e3 / args.steps
+            sync()
+        # On the GPU its kernels; on the CPU the ATen ops with no child op.
+        kernels = [e for e in prof.key_averages() if own_time(e) > 0]
+        busy = sum(own_time(e) for e in kernels) / 1e3 / args.steps
         count = sum(e.count for e in kernels) / args.steps
         print(f"--- {name}: step {sorted(times)[len(times) // 2]:.3f} ms median, host {sorted(host)[len(host) // 2]:.3f} ms "
-              f"to issue it, {gpu:.3f} ms of GPU time in {count:.0f} kernels")
-        for e in sorted(kernels, key=lambda e: -e.device_time_total)[:args.top]:
-            print(f"  {e.device_time_total / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
+              f"to issue it, {busy:.3f} ms of {device.upper()} time in {count:.0f} {unit}")
+        for e in sorted(kernels, key=lambda e: -own_time(e))[:args.top]:
+            print(f"  {own_time(e) / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
         del run
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
