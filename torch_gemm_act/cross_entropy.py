@@ -5,8 +5,9 @@ whole: a language model's head and its loss as one operator.
 The chunked path (every device): the vocabulary in chunks (rule
 ce_chunk), each chunk's logits a GEMM in the inputs' dtype, as F.linear
 writes them, the loop over chunks one operator per pass
-(linear_ce_chunks_forward and _backward, in C++). The forward folds each chunk into each row's running
-log-sum-exp, the target's logit and, with label smoothing, the logits' sum
+(linear_ce_chunks_forward and _backward, in C++). The forward folds each
+chunk into each row's running log-sum-exp, the target's logit and, with
+label smoothing, the logits' sum
 (the operator ce_chunk_forward, one read of the chunk, fp32 sums); it saves
 the log-sum-exp. The backward computes each chunk's logits again, writes
 over them softmax - onehot (with smoothing, softcap, ignore_index and the
