@@ -3,6 +3,7 @@ tree), the host's speed, Inductor's compile workers, and the timer that
 has contenders take turns call by call."""
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -27,8 +28,13 @@ def source_ids():
     """(commit, csrc_tree, where from, dirty): GEMM_ACT_COMMIT / GEMM_ACT_CSRC_TREE
     when set (a copied tree may carry a stale .git), else git if this is a checkout."""
     if os.environ.get("GEMM_ACT_COMMIT"):
-        return (os.environ["GEMM_ACT_COMMIT"], os.environ.get("GEMM_ACT_CSRC_TREE", "unknown"),
-                "env", None)
+        ids = os.environ["GEMM_ACT_COMMIT"], os.environ.get("GEMM_ACT_CSRC_TREE", "")
+        # Whole object ids: a short one cannot be matched to the tree it measured once history grows.
+        for name, value in zip(("GEMM_ACT_COMMIT", "GEMM_ACT_CSRC_TREE"), ids):
+            if not re.fullmatch(r"[0-9a-f]{40}", value):
+                raise ValueError(f"{name} must be a full 40-digit git object id "
+                                 f"(git rev-parse HEAD / HEAD:csrc), got {value!r}")
+        return ids[0], ids[1], "env", None
     top = _git("rev-parse", "--show-toplevel")
     # A copy of the working tree without .git must not pick up a parent repository.
     if top and os.path.realpath(top) == os.path.realpath(REPO):

@@ -17,6 +17,10 @@
 # diagnostics of bench/diag: clock, mmkernels, ncu, hotspots, launch, profile.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The ids the results record: whole git object ids, or none (the device copy's .git may be stale).
+for id in "${GEMM_ACT_COMMIT:-}" "${GEMM_ACT_CSRC_TREE:-}"; do
+  [[ -z "$id" || "$id" =~ ^[0-9a-f]{40}$ ]] || { echo "GEMM_ACT_COMMIT / GEMM_ACT_CSRC_TREE must be full 40-digit ids, got '$id'"; exit 2; }
+done
 OUT="${OUT:-/tmp/gemm_act_out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # Python's own build settings there name a g++ wrapper whose extensions carry
