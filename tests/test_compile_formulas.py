@@ -72,6 +72,72 @@ def test_formula_whose_step_is_used_elsewhere_is_left(fusion):
     assert (fusion.formulas, fusion.fused) == (0, 0)
 
 
+class _AutocastValues(torch.fx.Interpreter):
+    """Runs a traced graph on the CPU with the dtypes CUDA's bf16 autocast
+    gives (GEMMs listed in ``low`` in bf16, ``pow`` in fp32), each node's
+    value kept as Dynamo keeps it (meta "example_value")."""
+
+    def __init__(self, gm, low):
+        super().__init__(gm)
+        self.low = low
+
+    def run_node(self, n):
+        value = super().run_node(n)
+        n.meta["example_value"] = value
+        return value
+
+    def call_function(self, target, args, kwargs):
+        if target is torch.addmm and self.low.pop(0):
+            args = tuple(a.to(torch.bfloat16) for a in args)
+        elif target is torch.pow:
+            args = (args[0].float(), *args[1:])
+        return super().call_function(target, args, kwargs)
+
+
+_NEW_GELU = hf.NewGELUActivation().forward  # GPT-2's formula, traced through
+
+
+def _conv1d_mlp(x, w1, b1, w2, b2):
+    h = torch.addmm(b1, x.view(-1, 16), w1).view(2, 3, 24)
+    return torch.addmm(b2, _NEW_GELU(h).view(-1, 24), w2)
+
+
+def _conv1d_mlp_reading_the_formula(x, w1, b1, w2, b2):
+    h = _NEW_GELU(torch.addmm(b1, x.view(-1, 16), w1).view(2, 3, 24))
+    return torch.addmm(b2, h.view(-1, 24), w2), h.sum()
+
+
+@pytest.mark.parametrize("model, low, formulas", [
+    (_conv1d_mlp, [True, True], 1),                       # both GEMMs in bf16: read as gelu_tanh in bf16
+    (_conv1d_mlp, [True, False], 0),                      # the reader computes in fp32: left as written
+    (_conv1d_mlp_reading_the_formula, [True, True], 0),   # the fp32 values read elsewhere: left
+    (_conv1d_mlp, [False, False], 1),                     # no autocast: fp32 throughout, as before
+])
+def test_formula_upcast_by_autocast(model, low, formulas):
+    """Under CUDA's autocast, GPT-2's GELU formula on a bf16 Conv1D output
+    comes out fp32 (autocast runs pow in fp32). It is read as gelu_tanh in
+    bf16 only where GEMMs that autocast runs in bf16 are all that read it,
+    which round its fp32 values to bf16 first; the graph's output is then
+    eager's (emulated here on the CPU: CUDA's autocast needs a GPU)."""
+    from torch_gemm_act import _canonical, compile_fusion
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 16), torch.randn(16, 24), torch.randn(24), torch.randn(24, 8), torch.randn(8))
+    gm = torch.fx.symbolic_trace(model)
+    want = _AutocastValues(gm, list(low)).run(*inputs)
+    found = _canonical.canonicalize(gm.graph, lambda n: compile_fusion._gemm_of(n) is not None)
+    gm.recompile()
+    assert found == formulas
+    got = _AutocastValues(gm, list(low)).run(*inputs)
+    for g, w in zip(got, want) if isinstance(want, tuple) else [(got, want)]:
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1.6e-2, atol=1e-2)
+    calls = [n for n in gm.graph.nodes if n.target is torch.nn.functional.gelu]
+    assert len(calls) == formulas
+    if formulas and low[0]:
+        # the call and the reshape after it hold bf16, the GEMM's dtype
+        assert [n.meta["example_value"].dtype for n in (calls[0], *calls[0].users)] == [torch.bfloat16] * 2
+
+
 def _gpt2(layers=2):
     config = transformers.GPT2Config(n_layer=layers, n_embd=32, n_head=4, vocab_size=64, n_positions=32,
                                      bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,

@@ -6,7 +6,10 @@ output (compile pass only; a module trace needs none of it):
   found by its values: the nodes that compute a function of the GEMM's
   output alone are evaluated in float64 and compared with each activation
   of the table; one that agrees to far below fp32's rounding is that
-  activation;
+  activation. Under CUDA's autocast a formula on a bf16/fp16 GEMM output
+  comes out fp32 (autocast runs ``pow`` in fp32); it is read as the call in
+  the GEMM's dtype only where every reader is a GEMM that autocast runs in
+  that dtype, which casts the fp32 values back first: exact;
 - a reshape between the GEMM and its activation (Conv1D's ``view`` back to
   [batch, tokens, N]) moves after the activation, which is elementwise;
 - reshapes that lead from a tensor back to its own shape, read only by
@@ -14,6 +17,7 @@ output (compile pass only; a module trace needs none of it):
   dropped: the GEMM reads the tensor itself.
 """
 
+import contextlib
 import operator
 
 import torch
@@ -96,7 +100,7 @@ def canonicalize(graph, is_gemm):
         reshape = _sole_user(gemm)
         if reshape is not None and _is_reshape(reshape):
             out = reshape
-        formulas += _replace_formula(graph, out)
+        formulas += _replace_formula(graph, out, is_gemm)
         _sink_reshape(graph, gemm)
     for node in list(graph.nodes):
         if node.graph is graph and _is_reshape(node):
@@ -104,7 +108,7 @@ def canonicalize(graph, is_gemm):
     return formulas
 
 
-def _replace_formula(graph, x):
+def _replace_formula(graph, x, is_gemm):
     """Where the nodes after x compute an activation of x alone, replaces
     them with its call; returns 1 if it did, else 0."""
     cone = []
@@ -122,6 +126,10 @@ def _replace_formula(graph, x):
         part = _ancestors(end, x)
         if not set(x.users) <= part or any(set(n.users) - part for n in part if n is not end):
             continue
+        upcast = _value(end).dtype != _value(x).dtype
+        readers = _upcast_readers(end, _value(x).dtype, is_gemm) if upcast else []
+        if readers is None:
+            continue
         activation = _identify(x, end, [n for n in cone if n in part])
         if activation is None:
             continue
@@ -129,11 +137,39 @@ def _replace_formula(graph, x):
         with graph.inserting_before(end):
             call = graph.call_function(target, (x,), kwargs)
         call.meta.update(end.meta)
+        if upcast:  # the call and the reshapes up to its GEMMs hold x's dtype
+            for n in (call, *readers):
+                n.meta["example_value"] = _retyped(_value(n), _value(x).dtype)
         end.replace_all_uses_with(call)
         for n in reversed([n for n in cone if n in part]):
             graph.erase_node(n)
         return 1
     return 0
+
+
+def _upcast_readers(end, dtype, is_gemm):
+    """The reshapes between end (an fp32 formula on a tensor of dtype, fp16
+    or bf16) and the GEMMs that read it, where every reader is a GEMM that
+    computes in dtype (autocast's cast: the GEMM's own value is dtype), through
+    reshapes only; else None."""
+    if dtype not in (torch.float16, torch.bfloat16) or _value(end).dtype != torch.float32:
+        return None
+    reshapes, todo = [], list(end.users)
+    while todo:
+        user = todo.pop()
+        if _is_reshape(user):
+            reshapes.append(user)
+            todo += user.users
+        elif not (is_gemm(user) and getattr(_value(user), "dtype", None) == dtype):
+            return None
+    return reshapes if end.users else None
+
+
+def _retyped(value, dtype):
+    """value (a captured example: fake or real) as dtype."""
+    mode = getattr(value, "fake_mode", None)
+    with _disable_current_modes(), (mode if mode is not None else contextlib.nullcontext()):
+        return value.to(dtype)
 
 
 def _ancestors(end, x):
@@ -150,9 +186,8 @@ def _ancestors(end, x):
 
 def _identify(x, end, nodes):
     """The activation the nodes (ending at end) compute of x, by their values;
-    None where none of the table's agrees, or the result is not x's shape
-    and dtype."""
-    if not _same_shape(x, end) or _value(x).dtype != _value(end).dtype:
+    None where none of the table's agrees, or the result is not x's shape."""
+    if not _same_shape(x, end):
         return None
     with _disable_current_modes(), torch.no_grad():
         env = {x: _POINTS}
