@@ -19,6 +19,8 @@
 //     fp32 and fp64 everywhere.
 //  4. simt (cuda/simt): any arch, dtype, strides and alignment; reached only
 //     through the testing switch while the library takes every case.
+// A problem torch_gemm_act.tune() timed starts at the backend it chose
+// (tuned_choices.h), which then takes every case it can run.
 // sm80 and simt are built only when asked for (setup.py: GEMM_ACT_SM80,
 // GEMM_ACT_SIMT): the default build holds what the default rule chooses.
 //
@@ -57,6 +59,7 @@
 #include "cuda/sm80/sm80_gemm_act.h"
 #endif
 #include "testing.h"
+#include "tuned_choices.h"
 
 namespace gemm_act {
 namespace {
@@ -74,22 +77,30 @@ constexpr CudaForwardBackend kForwardBackends[] = {
 #endif
 };
 
-// Where the rule starts: its first backend, or the testing switch's forced
-// one. A forced backend takes every case it can run, on any GPU it can run
-// on; the backends after it take the rest, as on a GPU where it comes first
-// (sm80 forced on a Hopper GPU: the family on every fp16/bf16 case it can
-// run, the library on the others).
-const CudaForwardBackend* first_backend() {
-  if (!testing::active()) return std::begin(kForwardBackends);
-  const std::string forced = testing::overrides().cuda_backend;
-  if (forced.empty()) return std::begin(kForwardBackends);
+// The backend called `name`; an error naming what this build holds otherwise.
+const CudaForwardBackend* backend_named(const std::string& name, const char* by) {
   for (const CudaForwardBackend& backend : kForwardBackends) {
-    if (forced == backend.name) return &backend;
+    if (name == backend.name) return &backend;
   }
   std::string names;
-  for (const std::string& name : cuda_forward_backends()) names += (names.empty() ? "" : ", ") + name;
-  C10_THROW_ERROR(Error, c10::str("gemm_act: the forced CUDA backend '", forced,
+  for (const std::string& known : cuda_forward_backends()) names += (names.empty() ? "" : ", ") + known;
+  C10_THROW_ERROR(Error, c10::str("gemm_act: the ", by, " CUDA backend '", name,
                                   "' does not exist in this build; expected one of: ", names));
+}
+
+// Where the rule starts: its first backend, the testing switch's forced one,
+// or else the one tuned for the call's problem (tuned_choices.h). A forced or
+// tuned backend takes every case it can run, on any GPU it can run on; the
+// backends after it take the rest, as on a GPU where it comes first (sm80
+// forced on a Hopper GPU: the family on every fp16/bf16 case it can run, the
+// library on the others).
+const CudaForwardBackend* first_backend(const std::optional<std::string>& tuned_choice = std::nullopt) {
+  if (testing::active()) {
+    const std::string forced = testing::overrides().cuda_backend;
+    if (!forced.empty()) return backend_named(forced, "forced");
+  }
+  if (tuned_choice.has_value()) return backend_named(*tuned_choice, "tuned");
+  return std::begin(kForwardBackends);
 }
 
 void gemm_act_cuda(const GemmActArgs& args) {
@@ -102,7 +113,10 @@ void gemm_act_cuda(const GemmActArgs& args) {
                 p.m, p.k, p.n, c10::toString(args.y.scalar_type()), activation_name(p.activation));
   const NvtxRange range(label);
 
-  for (const CudaForwardBackend* backend = first_backend(); backend != std::end(kForwardBackends); ++backend) {
+  const std::optional<std::string> tuned_choice = tuned::choice(args);
+  const tuned::ScopedForce force(tuned_choice);
+  for (const CudaForwardBackend* backend = first_backend(tuned_choice); backend != std::end(kForwardBackends);
+       ++backend) {
     if (backend->try_run(args, stream)) return;
   }
   TORCH_CHECK(false, "gemm_act: no CUDA backend can run this case (", c10::toString(args.y.scalar_type()),
@@ -115,11 +129,15 @@ std::string plan_cuda(const GemmActArgs& args) {
   check_device_supported(args.y.get_device());
   const GemmActParams& p = args.params;
   if (p.m == 0 || p.n == 0) return "nothing to compute: the output is empty";
+  const std::optional<std::string> tuned_choice = tuned::choice(args);
+  const tuned::ScopedForce force(tuned_choice);
+  const CudaForwardBackend* first = first_backend(tuned_choice);
+  const bool by_tuning = tuned_choice.has_value() && first->name == *tuned_choice;
   std::string declined;  // the rules of the backends before it that fired
-  for (const CudaForwardBackend* backend = first_backend(); backend != std::end(kForwardBackends); ++backend) {
+  for (const CudaForwardBackend* backend = first; backend != std::end(kForwardBackends); ++backend) {
     if (std::optional<std::string> plan = backend->plan(args)) {
-      return std::string(backend->name) + ": " + *plan + " [" + c10::toString(args.y.scalar_type()) + "]" +
-             (declined.empty() ? "" : " | " + declined);
+      return std::string(backend->name) + (by_tuning ? " (tuned)" : "") + ": " + *plan + " [" +
+             c10::toString(args.y.scalar_type()) + "]" + (declined.empty() ? "" : " | " + declined);
     }
     if (backend->why_not == nullptr) continue;
     if (std::optional<std::string> why = backend->why_not(args)) {

@@ -21,6 +21,7 @@
 #include "cuda/sm80/sm80_types.h"
 #include "gated.h"
 #include "testing.h"
+#include "tuned_choices.h"
 
 namespace gemm_act {
 namespace sm80 {
@@ -61,12 +62,9 @@ std::string forced_kernel() {
   return testing::active() ? testing::overrides().sm80_kernel : std::string();
 }
 
-// Under the testing switch, a forced sm80 backend or kernel takes every case
-// the family can run, on any GPU from sm_80 on.
-bool forced_here() {
-  if (!testing::active()) return false;
-  return testing::overrides().cuda_backend == "sm80" || !forced_kernel().empty();
-}
+// A forced sm80 backend or kernel (the testing switch), or a tuned choice of
+// the backend, takes every case the family can run, on any GPU from sm_80 on.
+bool forced_here() { return tuned::forced("sm80") || !forced_kernel().empty(); }
 
 // The configuration named `name` (the testing switch's sm80_kernel).
 KernelConfig config_named(const std::string& name) {
@@ -133,8 +131,8 @@ Sm80Case classify(const GemmActArgs& args) {
   // The family has been measured only forced on a Hopper GPU, where it runs
   // below cuBLAS; until an Ampere-class GPU measures it against eager, the
   // rule leaves those GPUs to the library (eager's own kernels) and the
-  // family runs only when forced (TORCH_GEMM_ACT_BACKEND=sm80), on any GPU
-  // from sm_80 on.
+  // family runs only when forced (TORCH_GEMM_ACT_BACKEND=sm80) or where
+  // torch_gemm_act.tune() measured it fastest, on any GPU from sm_80 on.
   if (info.major < 8 || !forced_here()) return out;
   // K == 0 (an empty sum) is the fallback's; M and N are > 0 here.
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return out;

@@ -29,6 +29,7 @@
 #include "cuda/sm90/sm90_tma_rules.h"
 #include "gated.h"
 #include "testing.h"
+#include "tuned_choices.h"
 
 namespace gemm_act {
 namespace sm90 {
@@ -218,12 +219,10 @@ struct Sm90Case {
   const LibraryRule* rule = nullptr;  // kDecline by a library rule: which
 };
 
-// Under the testing switch, a forced sm90 backend or kernel takes every case
-// the family can run.
+// A forced sm90 backend or kernel (the testing switch), or a tuned choice of
+// the backend, takes every case the family can run.
 bool forced_here() {
-  if (!testing::active()) return false;
-  const testing::Overrides& o = testing::overrides();
-  return o.cuda_backend == "sm90" || !o.sm90_kernel.empty();
+  return tuned::forced("sm90") || (testing::active() && !testing::overrides().sm90_kernel.empty());
 }
 
 
