@@ -6,7 +6,7 @@ ViT-L/16; `whole_*` cases), eager against the same model fused with
 torch_gemm_act.fuse_linear_act, side by side in one run.
 
     python bench/models.py [--out DIR] [--cases NAME ...] [--modes inference training]
-                           [--no-compile | --compiled-only] [--cpu-dry-run [--dry-run-compile]]
+                           [--no-compile | --compiled-only] [--tuned] [--cpu-dry-run [--dry-run-compile]]
 
 For each case, mode (inference: a no_grad forward; training: forward and
 backward, with a fixed random output gradient for a stack, the library's
@@ -15,7 +15,8 @@ times the eager and the fused model (harness.time_in_turns: the median of
 each one's calls, taken in turns call by call), the peers where one applies
 (whole.peers), and, compiled, the eager model compiled unchanged with
 torch_gemm_act.enable_compile_fusion() on (`compile_fusion`; a causal LM
-with its loss fused too, whole.fuse_loss); records the
+with its loss fused too, whole.fuse_loss), and with --tuned the fused model
+under torch_gemm_act.tune's choices (`tuned`); records the
 peak memory of one step of each; and checks the outputs (and in training
 the input's or the embedding's gradient): a stack's against eager's, a
 whole model's against an fp32 copy, beside eager's own error. Writes
@@ -208,6 +209,9 @@ def measure(case, mode, compiled, ctx):
                 row["compile_fusion_chained"] = fusion_pass.chained
                 row["compile_fusion_glu"] = fusion_pass.glu
                 row["compile_fusion_gated"] = fusion_pass.gated
+    if args.tuned and device == "cuda" and "fused" in fns:
+        fns["tuned"], row["tuned"] = _tuned(fns["fused"])
+        outs["tuned"] = fns["tuned"]()
     if compiled:
         row["same_code_as_eager"] = {name: code == codes["eager"] for name, code in codes.items()
                                      if name != "eager" and name in outs}
@@ -229,10 +233,35 @@ def measure(case, mode, compiled, ctx):
     return row
 
 
+def _tuned(fused_step):
+    """The fused step with torch_gemm_act.tune's choices for its problems
+    (timed afresh, a cache of this run's own), set around each call and
+    cleared after, so that the other contenders run the untuned rule; and
+    the tuning's entries, problem by problem."""
+    import tempfile
+
+    import torch_gemm_act
+    from torch_gemm_act import _C
+
+    with tempfile.TemporaryDirectory() as folder:
+        report = torch_gemm_act.tune(fused_step, cache=os.path.join(folder, "tuned.json"))
+    choices = dict(_C.tuned_choices())
+    _C.set_tuned_choices({})
+
+    def run():
+        _C.set_tuned_choices(choices)
+        try:
+            return fused_step()
+        finally:
+            _C.set_tuned_choices({})
+    return run, {key: {"backend": e["backend"], "us": {n: round(us, 2) for n, us in e["us"].items()}}
+                 for key, e in report.problems.items()}
+
+
 def _check_stack(row, outs, eager, x, gy, mode):
     """An MLP stack's row: every contender against eager (TOLERANCE), or,
     beyond it, within twice eager's own error from a float64 run."""
-    errs = [rel_err(g, r) for other in ("fused", "compile_fusion", "eager_copy") if other in outs
+    errs = [rel_err(g, r) for other in ("fused", "compile_fusion", "eager_copy", "tuned") if other in outs
             for g, r in zip(outs[other], outs["eager"])]
     row["max_rel_err"] = max(errs)
     row["correct"] = row["max_rel_err"] <= TOLERANCE[row["dtype"]]
@@ -329,6 +358,8 @@ def parse_args(argv):
                    help="each contender is timed for about rounds x rep ms, in turns with the others")
     p.add_argument("--control", action="store_true",
                    help="also time a copy of the eager model (ms.eager_copy): the spread between identical steps")
+    p.add_argument("--tuned", action="store_true",
+                   help="also time the fused model with torch_gemm_act.tune's choices (ms.tuned; CUDA only)")
     p.add_argument("--warmup", type=int, default=25, help="warm-up per contender, ms")
     p.add_argument("--rep", type=int, default=100, help="see --rounds")
     p.add_argument("--whole-rep", type=int, default=400, help="--rep of the whole models (steps of 20-200 ms)")

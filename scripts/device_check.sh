@@ -92,7 +92,7 @@ fuzz() {  # fuzz ROUTE BACKEND CASES SEED LOG
   python3 tests/fuzz.py --route "$1" --backend "$2" --cases "$3" --seed "$4" \
     ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/$5.log" 2>&1 &
 }
-for backend in ${FUZZ_BACKENDS:-rule $BUILT_BACKENDS}; do fuzz gemm_act "$backend" "$cases" "$seed" "gemm_act_$backend"; done
+for backend in ${FUZZ_BACKENDS:-rule tuned $BUILT_BACKENDS}; do fuzz gemm_act "$backend" "$cases" "$seed" "gemm_act_$backend"; done
 for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d gemm_glu gated_linear_act compile linear_cross_entropy}; do
   fuzz "$route" rule "$cases" "$seed" "$route"
 done

@@ -59,7 +59,7 @@ def pytest_configure(config):
 def skip_unless_built(backend):
     """Skips a test of a CUDA backend that this build left out (setup.py:
     sm80 and simt are built only when asked for)."""
-    if backend not in ("rule", "cpu") and backend not in torch_gemm_act.testing.cuda_backends():
+    if backend not in ("rule", "tuned", "cpu") and backend not in torch_gemm_act.testing.cuda_backends():
         pytest.skip(f"this build has no {backend} backend (setup.py builds sm80 and simt when asked)")
 
 

@@ -26,7 +26,8 @@ Command line (each failure prints one line that replays it):
     python tests/fuzz.py --route gemm_act --backend rule sm90 --cases 10000
     python tests/fuzz.py --route linear_module --replay 123456789
 Routes: see ROUTES; backends: rule, sm90, sm80, library, simt (CUDA, the
-testing switch) and cpu. Prints `fuzz <name>: <N> cases, <F> failed` per
+testing switch), tuned (the rule with a tuned choice drawn for each of the
+case's problems) and cpu. Prints `fuzz <name>: <N> cases, <F> failed` per
 route and backend.
 """
 
@@ -45,7 +46,8 @@ import fuzz_check
 
 from fuzz_cases import BACKENDS, CUDA_BACKENDS, ROUTES, draw  # noqa: F401  (CUDA_BACKENDS: test_fuzz's)
 from fuzz_trials import Data, _amp, _fused_everywhere, _settings, build_gemm_act  # noqa: F401  (test_fuzz's)
-from fuzz_check import CONFIRM, REDRAWS, Failure, _backend_context, _fails, replay_line, run_case
+from fuzz_check import (CONFIRM, REDRAWS, Failure, _backend_context, _fails, draw_tuned_choices, replay_line,
+                        run_case)
 
 
 def run(route, backend, cases, seed, log=print, time_limit=None, stop_after=None, determinism_every=4):
@@ -64,6 +66,8 @@ def run(route, backend, cases, seed, log=print, time_limit=None, stop_after=None
             case_seed = rng.getrandbits(48)
             case = draw(route, case_seed, device)
             try:
+                if backend == "tuned":
+                    draw_tuned_choices(case)
                 run_case(case, determinism=i % determinism_every == 0)
                 what = None
             except Failure as f:
@@ -118,6 +122,8 @@ def main(argv=None):
                     print(f"{route}[{backend}] {case.seed}: {case.describe()} :: {_explain(case)}")
                     with testing.override(poison_outputs=True), _backend_context(backend):
                         try:
+                            if backend == "tuned":
+                                draw_tuned_choices(case)
                             run_case(case)
                             print("passed")
                         except Failure as f:

@@ -11,7 +11,9 @@ import torch_gemm_act as tga
 from torch_gemm_act.activations import GATED, _USES_SLOPE
 
 
-CUDA_BACKENDS = ("rule", "sm90", "sm80", "library", "simt")
+# "tuned": the rule with a tuned choice (torch_gemm_act.tune's) drawn for each
+# problem of the case (fuzz_check.draw_tuned_choices).
+CUDA_BACKENDS = ("rule", "tuned", "sm90", "sm80", "library", "simt")
 BACKENDS = CUDA_BACKENDS + ("cpu",)
 
 # The bar's floor: an error below it passes whatever PyTorch's own was.

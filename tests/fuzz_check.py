@@ -3,10 +3,11 @@ invariants, and the line that replays a failure."""
 
 import contextlib
 import math
+import random
 
 import torch
 
-from torch_gemm_act import testing
+from torch_gemm_act import _C, testing
 
 from fuzz_cases import CUDA_BACKENDS, FLOOR, INT_VIEW
 from fuzz_trials import Data, _amp, _settings
@@ -208,9 +209,37 @@ def _ratio(diff, scale):
 
 
 def _backend_context(backend):
+    if backend == "tuned":
+        return _tuned_choices_cleared()
     if backend in CUDA_BACKENDS:
         return testing.override(cuda_backend="" if backend == "rule" else backend)
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _tuned_choices_cleared():
+    """The rule (the testing switch's backend unset), no tuned choice before
+    or after."""
+    with testing.override(cuda_backend=""):
+        _C.set_tuned_choices({})
+        try:
+            yield
+        finally:
+            _C.set_tuned_choices({})
+
+
+def draw_tuned_choices(case):
+    """For backend "tuned": runs the case once while its problems are noted,
+    then gives each a tuned choice, a backend of the build drawn from the
+    case's seed (a redraw's data meets the same problems)."""
+    _C.start_recording()
+    try:
+        _fails(case)  # only the problems it meets are wanted
+    finally:
+        keys = _C.stop_recording()
+    rng = random.Random(case.seed)
+    names = list(_C.cuda_backends())
+    _C.set_tuned_choices({key: rng.choice(names) for key in keys})
 
 
 def replay_line(case, backend):

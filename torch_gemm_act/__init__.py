@@ -8,12 +8,13 @@ from .fuse import FusionReport, fuse_linear_act
 from .lm_loss import fuse_lm_loss
 from .gated_modules import GatedLinearAct, LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
 from .modules import Conv1DAct, LinearAct
+from .tuning import TuneReport, tune
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "GATED", "explain", "gemm_act", "linear_act", "linear_act_linear", "gemm_glu",
            "gated_linear_act", "LinearAct", "Conv1DAct", "GatedLinearAct", "LinearGate", "LinearUp",
            "LinearPackedGlu", "PackedGluActivation", "fuse_linear_act", "FusionReport", "enable_compile_fusion",
-           "linear_cross_entropy", "LinearCrossEntropy", "fuse_lm_loss"]
+           "linear_cross_entropy", "LinearCrossEntropy", "fuse_lm_loss", "tune", "TuneReport"]
 
 
 def enable_compile_fusion(enabled=True):

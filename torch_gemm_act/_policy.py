@@ -24,6 +24,9 @@ FUSED_GLU_MIN_ROWS = NUMBERS["MIN_GLU_ROWS"] if "sm90" in _C.cuda_backends() els
 # ce_chunk: a chunk's logits in linear_cross_entropy's chunked path take about this many bytes.
 CE_CHUNK_BYTES = 1 << NUMBERS["CE_CHUNK_BYTES_LOG2"]
 
+# tuned: the share by which a backend must beat the rule's own choice.
+TUNE_MARGIN = NUMBERS["TUNE_MARGIN_PERCENT"] / 100
+
 # own_node: the activations a host-bound layer in training runs through the
 # operator's node, those differentiated from Y.
 NODE_ACTIVATIONS = _GRAD_FROM_OUTPUT - {IDENTITY}
@@ -184,3 +187,9 @@ def ce_chunk(tokens, width, vocab, element_size):
     chunk_bytes = max(CE_CHUNK_BYTES, 4 * tokens * width)
     columns = chunk_bytes // (element_size * max(tokens, 1))
     return min(vocab, max(128, columns // 128 * 128))
+
+
+def tuned(rule_us, backend_us):
+    """Rule tuned: torch_gemm_act.tune() keeps a backend that took
+    backend_us where the rule's own choice took rule_us (medians)."""
+    return backend_us < (1 - TUNE_MARGIN) * rule_us
