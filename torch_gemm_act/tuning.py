@@ -80,18 +80,18 @@ def tune(model, *example_inputs, cache=None, rounds=5, **example_kwargs):
     ``~/.cache/torch_gemm_act/tuned.json``). ``rounds``: rounds of timing,
     the candidates taking turns. Not during CUDA graph capture, nor with the
     testing switch forcing a backend."""
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch_gemm_act.tune: needs a CUDA GPU (the CPU has one backend), found none")
-    if torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("torch_gemm_act.tune: not during CUDA graph capture (it times kernels); "
-                           "tune before capturing")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"torch_gemm_act.tune: rounds must be a positive int, got {rounds!r}")
     forced = _C.testing_overrides()[0]
     if forced:
         raise RuntimeError(f"torch_gemm_act.tune: the testing switch forces the CUDA backend {forced!r} "
                            "(TORCH_GEMM_ACT_BACKEND or testing.override), which tuned choices cannot override; "
                            "unset it first")
-    if not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"torch_gemm_act.tune: rounds must be a positive int, got {rounds!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch_gemm_act.tune: needs a CUDA GPU (the CPU has one backend), found none")
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("torch_gemm_act.tune: not during CUDA graph capture (it times kernels); "
+                           "tune before capturing")
     path = cache if cache is not None else os.environ.get(CACHE_ENV, DEFAULT_CACHE)
 
     _C.start_recording()
