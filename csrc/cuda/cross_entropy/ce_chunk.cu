@@ -17,14 +17,20 @@
 namespace gemm_act {
 namespace {
 
-constexpr int kWarps = 8;     // rows per block
-constexpr int kInFlight = 4;  // groups each lane loads before it computes on them
+constexpr int kWarps = 8;  // rows per block
+
+// Groups each lane loads before it computes on them: several in the forward
+// (a row is a few groups per lane: one load at a time leaves it waiting on
+// memory), one in the backward, which writes each group back where it read
+// it (measured slower with several: docs/MEASUREMENTS.md, session 63).
+template <bool kBackward>
+constexpr int kInFlight = kBackward ? 1 : 4;
 
 // Each lane: kWidth consecutive columns at a time of its warp's row, up to
-// kInFlight such groups loaded at once (a row is a few groups per lane: one
-// load at a time leaves the pass waiting on memory).
+// kInFlight<kBackward> such groups loaded at once.
 template <class Element, int kWidth, bool kBackward>
 __global__ void ce_chunk_kernel(CeChunkParams p) {
+  constexpr int kGroups = kInFlight<kBackward>;
   using Num = gpu::Numeric<Element>;
   using Acc = typename Num::Compute;
   using Group = gpu::AlignedArray<Element, kWidth>;
@@ -46,14 +52,14 @@ __global__ void ce_chunk_kernel(CeChunkParams p) {
     smoothing = static_cast<Acc>(p.label_smoothing);
     inv_vocab = Acc(1) / static_cast<Acc>(p.vocab);
   }
-  for (int j0 = lane * kWidth; j0 < width; j0 += kStride * kInFlight) {
-    Group g[kInFlight];
+  for (int j0 = lane * kWidth; j0 < width; j0 += kStride * kGroups) {
+    Group g[kGroups];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
+    for (int u = 0; u < kGroups; ++u) {
       if (j0 + u * kStride < width) g[u] = *reinterpret_cast<const Group*>(z + j0 + u * kStride);
     }
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {
+    for (int u = 0; u < kGroups; ++u) {
       const int j = j0 + u * kStride;
       if (j >= width) break;
       if constexpr (kBackward) {
