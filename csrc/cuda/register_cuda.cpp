@@ -136,7 +136,7 @@ std::string plan_cuda(const GemmActArgs& args) {
   std::string declined;  // the rules of the backends before it that fired
   for (const CudaForwardBackend* backend = first; backend != std::end(kForwardBackends); ++backend) {
     if (std::optional<std::string> plan = backend->plan(args)) {
-      return std::string(backend->name) + (by_tuning ? " (tuned)" : "") + ": " + *plan + " [" +
+      return std::string(backend->name) + (by_tuning && backend == first ? " (tuned)" : "") + ": " + *plan + " [" +
              c10::toString(args.y.scalar_type()) + "]" + (declined.empty() ? "" : " | " + declined);
     }
     if (backend->why_not == nullptr) continue;
