@@ -109,6 +109,15 @@ def test_only_backends_of_this_build_are_applied():
     assert _C.tuned_choices() == {"k0": "library", **want}  # k0: another problem's, kept; k3: dropped
 
 
+def test_the_report_names_problems_slower_than_eager():
+    report = tuning.TuneReport("gpu", "cache.json", {
+        "k1": {"backend": "rule", "us": {"rule": 10.0, "library": 10.1, "eager": 9.0}, "cached": False},
+        "k2": {"backend": "library", "us": {"rule": 10.0, "library": 8.0, "eager": 9.0}, "cached": True}})
+    assert report.slower_than_eager == ["k1"] and (report.timed, report.cached) == (1, 1)
+    assert "k1: rule (rule 10.0, library 10.1, eager 9.0 us) slower than eager" in str(report)
+    assert "k2: library (rule 10.0, library 8.0, eager 9.0 us)\n" in str(report) + "\n"
+
+
 def test_rule_tuned_keeps_only_a_clear_win():
     margin = tga._policy.TUNE_MARGIN
     assert tga._policy.tuned(100.0, 100.0 * (1 - margin) - 0.01)

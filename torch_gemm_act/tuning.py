@@ -60,11 +60,19 @@ class TuneReport:
     def cached(self):
         return sum(entry["cached"] for entry in self.problems.values())
 
+    @property
+    def slower_than_eager(self):
+        """The problems whose kept choice was timed slower than eager's ops
+        (addmm and the activation): none of this build's backends beat them there."""
+        return [key for key, entry in self.problems.items()
+                if entry["us"].get(entry["backend"], float("inf")) > entry["us"].get("eager", float("inf"))]
+
     def __str__(self):
         lines = [f"{self.device}: {len(self.problems)} problems, {self.timed} timed, {self.cached} from {self.cache}"]
+        slower = set(self.slower_than_eager)
         for key, entry in self.problems.items():
             times = ", ".join(f"{name} {us:.1f}" for name, us in entry["us"].items())
-            lines.append(f"  {key}: {entry['backend']} ({times} us)")
+            lines.append(f"  {key}: {entry['backend']} ({times} us){' slower than eager' if key in slower else ''}")
         return "\n".join(lines)
 
 
@@ -78,8 +86,10 @@ def tune(model, *example_inputs, cache=None, rounds=5, **example_kwargs):
     grad it does not, and those are different problems. ``cache``: a JSON
     file (default: ``$TORCH_GEMM_ACT_TUNE_CACHE``, else
     ``~/.cache/torch_gemm_act/tuned.json``). ``rounds``: rounds of timing,
-    the candidates taking turns. Not during CUDA graph capture, nor with the
-    testing switch forcing a backend."""
+    the candidates taking turns. The choices apply to every GPU of the
+    process: tune on the GPU (the current device) the model runs on. Not
+    during CUDA graph capture, nor with the testing switch forcing a
+    backend."""
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"torch_gemm_act.tune: rounds must be a positive int, got {rounds!r}")
     forced = _C.testing_overrides()[0]
