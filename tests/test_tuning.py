@@ -118,6 +118,36 @@ def test_the_report_names_problems_slower_than_eager():
     assert "k2: library (rule 10.0, library 8.0, eager 9.0 us)\n" in str(report) + "\n"
 
 
+@pytest.mark.parametrize("winner_us, kept", [(60.0, "winner"), (98.0, "rule")])
+def test_a_problem_is_timed_in_turns_and_the_table_restored(monkeypatch, winner_us, kept):
+    """_time_problem runs each contender with the table naming it for the
+    problem alone (others' choices kept), eager with none, keeps a winner
+    only by rule tuned's margin, and restores the table. The timer is faked
+    (by what the table says while it runs): the logic, not the GPU."""
+    backends = tuning._candidates()
+    if not backends:
+        pytest.skip("a build without CUDA backends has nothing to choose between")
+    winner = backends[-1]
+    call = _call("cpu", torch.float32, "row", "row", "column", False, False, 0)
+    key = _C.problem_key(*call)
+    seen = []
+
+    def fake_times(fn, calls=10):
+        choice = _C.tuned_choices().get(key)
+        seen.append((choice, _C.tuned_choices().get("other")))
+        fn()
+        return [winner_us if choice == winner else 100.0] * calls
+
+    monkeypatch.setattr(tuning, "_times_us", fake_times)
+    _C.set_tuned_choices({"other": "library"})
+    entry = tuning._time_problem(key, 2, torch.device("cpu"))
+    assert entry["backend"] == (winner if kept == "winner" else "rule")
+    assert set(entry["us"]) == {"rule", *backends, "eager"} and entry["us"][winner] == winner_us
+    assert seen.count((None, "library")) == 2 * 2  # the rule's and eager's turns, each round
+    assert all(choice in (None, *backends) and other == "library" for choice, other in seen)
+    assert _C.tuned_choices() == {"other": "library"}
+
+
 def test_rule_tuned_keeps_only_a_clear_win():
     margin = tga._policy.TUNE_MARGIN
     assert tga._policy.tuned(100.0, 100.0 * (1 - margin) - 0.01)

@@ -118,7 +118,7 @@ def tune(model, *example_inputs, cache=None, rounds=5, **example_kwargs):
         if key in entries:
             report.problems[key] = {**entries[key], "cached": True}
             continue
-        entry = _time_problem(key, rounds)
+        entry = _time_problem(key, rounds, torch.device("cuda", torch.cuda.current_device()))
         if entry is not None:
             fresh[key] = entry
             report.problems[key] = {**entry, "cached": False}
@@ -240,11 +240,10 @@ def _operands(key, device):
     return None
 
 
-def _time_problem(key, rounds):
+def _time_problem(key, rounds, device):
     """The entry for `key`: each candidate's, the rule's and eager's median
-    microseconds, and the backend kept (rule tuned); None where the key's
-    problem cannot be made again."""
-    device = torch.device("cuda", torch.cuda.current_device())
+    microseconds on `device`, and the backend kept (rule tuned); None where
+    the key's problem cannot be made again."""
     call = _operands(key, device)
     if call is None:
         return None
