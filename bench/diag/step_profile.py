@@ -91,7 +91,7 @@ def main():
             print(f"  {own_time(e) / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
         profiles[name] = families(kernels, own_time, args.steps)
         del run
-    print("--- fused - eager, by kernel family (Inductor's kernel numbers dropped), the largest differences:")
+    print("+++ fused - eager, by kernel family (Inductor's kernel numbers dropped), the largest differences:")
     for key, ms, before, after in differences(profiles["eager"], profiles["fused"])[:args.top]:
         print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
 
