@@ -121,3 +121,5 @@ def test_step_profile_dry_run():
     lines = [line for line in result.stdout.splitlines() if line.startswith("--- ")]
     assert [line.split(":")[0] for line in lines] == ["--- eager", "--- fused"], result.stdout
     assert all("ms of CPU time in" in line for line in lines), lines
+    diff = result.stdout.split("+++ fused - eager")[1].splitlines()[1:]
+    assert len(diff) == 2 and all(" ms  x" in line for line in diff), result.stdout

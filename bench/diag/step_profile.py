@@ -1,7 +1,8 @@
 """Where a whole model's step (bench/whole.py) spends its time, eager
 against fused, compiled or not: per contender, the step's time (CUDA
 events, median), the host's time to issue it, the GPU time of its kernels
-and their count (torch.profiler), and the kernels that take the most.
+and their count (torch.profiler), the kernels that take the most, and the
+kernel families whose time differs most between the two.
 
     python bench/diag/step_profile.py --case whole_gpt2 [--mode training] [--compiled]
 
@@ -12,6 +13,7 @@ numbers: wall-clock times, the profiler's CPU events).
 import argparse
 import copy
 import os
+import re
 import sys
 import time
 
@@ -62,6 +64,7 @@ def main():
         def own_time(e):
             return e.self_cpu_time_total
     print(f"=== {args.case} {args.mode}{' compiled' if args.compiled else ''}")
+    profiles = {}  # contender -> {kernel family: (ms per step, launches per step)}
     for name, model in models.items():
         run = whole.step_fn(model, built, args.mode)
         for _ in range(3):  # compiles, then warms
@@ -86,7 +89,31 @@ def main():
               f"to issue it, {busy:.3f} ms of {device.upper()} time in {count:.0f} {unit}")
         for e in sorted(kernels, key=lambda e: -own_time(e))[:args.top]:
             print(f"  {own_time(e) / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
+        profiles[name] = families(kernels, own_time, args.steps)
         del run
+    print("+++ fused - eager, by kernel family (Inductor's kernel numbers dropped), the largest differences:")
+    for key, ms, before, after in differences(profiles["eager"], profiles["fused"])[:args.top]:
+        print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
+
+
+def families(kernels, own_time, steps):
+    """{kernel family: (ms per step, launches per step)}: a kernel's name
+    without the number Inductor appends (triton_poi_fused_add_6), so that
+    two compiled graphs' kernels of one kind meet."""
+    out = {}
+    for e in kernels:
+        key = re.sub(r"_\d+$", "", e.key)
+        ms, count = out.get(key, (0.0, 0.0))
+        out[key] = (ms + own_time(e) / 1e3 / steps, count + e.count / steps)
+    return out
+
+
+def differences(before, after):
+    """[(family, ms after - before, launches before, launches after)], the
+    largest differences in time first."""
+    rows = [(key, after.get(key, (0.0, 0))[0] - before.get(key, (0.0, 0))[0], before.get(key, (0.0, 0))[1],
+             after.get(key, (0.0, 0))[1]) for key in set(before) | set(after)]
+    return sorted(rows, key=lambda row: -abs(row[1]))
 
 
 if __name__ == "__main__":
