@@ -126,7 +126,7 @@ def _replace_formula(graph, x, is_gemm):
         part = _ancestors(end, x)
         if not set(x.users) <= part or any(set(n.users) - part for n in part if n is not end):
             continue
-        upcast = _value(end).dtype != _value(x).dtype
+        upcast = getattr(_value(end), "dtype", None) != getattr(_value(x), "dtype", None)
         readers = _upcast_readers(end, _value(x).dtype, is_gemm) if upcast else []
         if readers is None:
             continue
@@ -152,7 +152,7 @@ def _upcast_readers(end, dtype, is_gemm):
     or bf16) and the GEMMs that read it, where every reader is a GEMM that
     computes in dtype (autocast's cast: the GEMM's own value is dtype), through
     reshapes only; else None."""
-    if dtype not in (torch.float16, torch.bfloat16) or _value(end).dtype != torch.float32:
+    if dtype not in (torch.float16, torch.bfloat16) or getattr(_value(end), "dtype", None) != torch.float32:
         return None
     reshapes, todo = [], list(end.users)
     while todo:

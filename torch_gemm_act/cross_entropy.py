@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _policy
+from .ops import _is_dtensor
 from .ops import linear_ce_chunks_backward as _CHUNKS_BACKWARD, linear_ce_chunks_forward as _CHUNKS_FORWARD
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
@@ -196,7 +197,7 @@ def _gathered(t):
     """A DTensor as the whole tensor on every rank, its gradient going back
     to its shards: a vocabulary-parallel head (weight Shard(0)) computes the
     whole loss on each rank, correct but not split over the ranks."""
-    return t.full_tensor() if type(t).__name__ == "DTensor" else t
+    return t.full_tensor() if _is_dtensor(t) else t
 
 
 class LinearCrossEntropy(nn.Linear):
