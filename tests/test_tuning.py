@@ -167,9 +167,22 @@ def test_tune_refuses_what_it_cannot_do(monkeypatch):
         tga.tune(model, torch.randn(2, 4))
 
 
+def test_tune_warns_where_the_model_met_no_gemm_act(monkeypatch, tmp_path):
+    """A model that runs no CUDA gemm_act call (here a CPU model, as a layer
+    below rule host_bound would be) is tuned to nothing, said in a warning."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(tuning, "signature", lambda device=None: "a GPU")
+    model = tga.LinearAct(4, 4, activation="gelu")
+    with pytest.warns(UserWarning, match="ran no CUDA gemm_act call"):
+        report = tga.tune(model, torch.randn(2, 4), cache=str(tmp_path / "tuned.json"))
+    assert report.problems == {} and _C.tuned_choices() == {}
+
+
 def _mlp():
+    """Two layers above rule host_bound at 2048 rows (below it a layer runs ATen's ops: nothing to tune)."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(tga.LinearAct(256, 512, activation="gelu"), tga.LinearAct(512, 256, activation="relu"))
+    return torch.nn.Sequential(tga.LinearAct(1024, 2048, activation="gelu"), tga.LinearAct(2048, 1024, activation="relu"))
 
 
 @requires_cuda
@@ -205,7 +218,7 @@ def test_tune_times_then_reads_the_cache_in_another_process_cuda(tmp_path):
     output is the untuned one's within bf16's rounding."""
     cache = str(tmp_path / "tuned.json")
     model = _mlp().cuda().to(torch.bfloat16)
-    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         before = model(x)
         report = tga.tune(model, x, cache=cache, rounds=2)
@@ -224,7 +237,7 @@ def test_tune_times_then_reads_the_cache_in_another_process_cuda(tmp_path):
         from test_tuning import _mlp
         model = _mlp().cuda().to(torch.bfloat16)
         with torch.no_grad():
-            report = tga.tune(model, torch.randn(64, 256, device="cuda", dtype=torch.bfloat16), cache={cache!r})
+            report = tga.tune(model, torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16), cache={cache!r})
         print(report.timed, report.cached, sorted(report.problems))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout

@@ -19,6 +19,7 @@ import os
 import re
 import statistics
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -110,6 +111,10 @@ def tune(model, *example_inputs, cache=None, rounds=5, **example_kwargs):
     finally:
         keys = _C.stop_recording()
 
+    if not keys:
+        warnings.warn("torch_gemm_act.tune: the model ran no CUDA gemm_act call, so there is nothing to tune "
+                      "(a fused module's layer below rule host_bound runs ATen's ops; an unfused model runs none)",
+                      stacklevel=2)
     device = signature()
     entries = _load(path).get(device, {})
     report = TuneReport(device, path)
