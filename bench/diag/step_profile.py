@@ -31,6 +31,7 @@ def main():
     p.add_argument("--compiled", action="store_true")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=14)
+    p.add_argument("--host", action="store_true", help="also the host's ops by their own CPU time, and their differences")
     p.add_argument("--cpu-dry-run", action="store_true", help="a tiny model on the CPU: for testing this script")
     args = p.parse_args()
     device = "cpu" if args.cpu_dry_run else "cuda"
@@ -65,6 +66,7 @@ def main():
             return e.self_cpu_time_total
     print(f"=== {args.case} {args.mode}{' compiled' if args.compiled else ''}")
     profiles = {}  # contender -> {kernel family: (ms per step, launches per step)}
+    host_profiles = {}  # contender -> {host op: (own CPU ms per step, calls per step)}, with --host
     for name, model in models.items():
         run = whole.step_fn(model, built, args.mode)
         for _ in range(3):  # compiles, then warms
@@ -77,7 +79,9 @@ def main():
             run()
             host.append((time.perf_counter() - t0) * 1e3)
             times.append(elapsed_ms(start))
-        with torch.profiler.profile(activities=[activity]) as prof:
+        host_too = args.host and device == "cuda"
+        with torch.profiler.profile(activities=[activity, torch.profiler.ProfilerActivity.CPU] if host_too
+                                    else [activity]) as prof:
             for _ in range(args.steps):
                 run()
             sync()
@@ -90,10 +94,21 @@ def main():
         for e in sorted(kernels, key=lambda e: -own_time(e))[:args.top]:
             print(f"  {own_time(e) / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
         profiles[name] = families(kernels, own_time, args.steps)
+        if host_too:
+            ops = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+            print(f"  host: {sum(e.self_cpu_time_total for e in ops) / 1e3 / args.steps:.3f} ms of own CPU time "
+                  "under the profiler, the most:")
+            for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:args.top]:
+                print(f"  {e.self_cpu_time_total / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
+            host_profiles[name] = families(ops, lambda e: e.self_cpu_time_total, args.steps)
         del run
     print("+++ fused - eager, by kernel family (Inductor's kernel numbers dropped), the largest differences:")
     for key, ms, before, after in differences(profiles["eager"], profiles["fused"])[:args.top]:
         print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
+    if host_profiles:
+        print("+++ fused - eager, host ops by own CPU time, the largest differences:")
+        for key, ms, before, after in differences(host_profiles["eager"], host_profiles["fused"])[:args.top]:
+            print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
 
 
 def families(kernels, own_time, steps):
