@@ -170,8 +170,11 @@ def main():
                else ["auto", "library", *dict.fromkeys(k["name"] for k in compiled_configs(args.family))])
     results = measure(args.family, configs, args.rounds, args.rep, args.only.split(",") if args.only else None)
     if args.out:
+        import harness  # the source ids (GEMM_ACT_COMMIT / GEMM_ACT_CSRC_TREE, else git)
+        commit, csrc_tree, ids_from, _ = harness.source_ids()
         with open(args.out, "w") as f:
-            json.dump({"family": args.family, "configs": configs, "rows": results}, f, indent=1)
+            json.dump({"commit": commit, "csrc_tree": csrc_tree, "ids_from": ids_from, "family": args.family,
+                       "configs": configs, "rows": results}, f, indent=1)
 
     print(f"\n{args.family}: time / torch.mm (bias per column; median of {args.rounds} interleaved rounds); "
           "* marks the best, ! a wrong result, - not run; TFLOP/s of the best")
