@@ -142,9 +142,19 @@ std::vector<std::string> stop_recording() {
   return std::exchange(s.recorded, {});
 }
 
+std::string backend_of(const std::string& choice) { return choice.substr(0, choice.find(':')); }
+
 bool forced(const char* backend) {
-  if (forced_by_choice != nullptr && *forced_by_choice == backend) return true;
+  if (forced_by_choice != nullptr && backend_of(*forced_by_choice) == backend) return true;
   return testing::active() && testing::overrides().cuda_backend == backend;
+}
+
+std::string forced_kernel(const char* backend) {
+  if (forced_by_choice == nullptr) return {};
+  const std::string& choice = *forced_by_choice;
+  const size_t colon = choice.find(':');
+  if (colon == std::string::npos || choice.compare(0, colon, backend) != 0) return {};
+  return choice.substr(colon + 1);
 }
 
 ScopedForce::ScopedForce(const std::optional<std::string>& backend) : previous_(forced_by_choice) {

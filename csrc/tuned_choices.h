@@ -1,6 +1,9 @@
 // Tuned choices (torch_gemm_act.tune): for a problem the tuner timed, the
 // CUDA backend the dispatch rule starts at, taking every case it can run as
-// the testing switch's forced backend does. A problem is the text of
+// the testing switch's forced backend does, and optionally the kernel
+// configuration of that backend's family ("sm90:pingpong_128x128_c1x2"),
+// which the family runs where it can and its heuristic's choice where it
+// cannot. A problem is the text of
 // problem_key, which the tuner's cache on disk keys its choices by. Empty,
 // the table costs each call one relaxed atomic load.
 #pragma once
@@ -32,9 +35,16 @@ std::unordered_map<std::string, std::string> choices();
 void start_recording();
 std::vector<std::string> stop_recording();
 
+// A choice's backend: the text before its ':' (the whole text without one).
+std::string backend_of(const std::string& choice);
+
 // Whether `backend` is forced for the call running on this thread: by the
 // testing switch or by a tuned choice (ScopedForce).
 bool forced(const char* backend);
+
+// The kernel configuration the tuned choice of the call running on this
+// thread names for `backend`; empty where it names none.
+std::string forced_kernel(const char* backend);
 
 // For one call: the tuned backend that call forces.
 class ScopedForce {

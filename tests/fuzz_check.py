@@ -230,15 +230,17 @@ def _tuned_choices_cleared():
 
 def draw_tuned_choices(case):
     """For backend "tuned": runs the case once while its problems are noted,
-    then gives each a tuned choice, a backend of the build drawn from the
-    case's seed (a redraw's data meets the same problems)."""
+    then gives each a tuned choice drawn from the case's seed (a redraw's
+    data meets the same problems): a backend of the build, or any gemm_act
+    configuration of its families, those that cannot run the problem too
+    (the family's heuristic then takes it)."""
     _C.start_recording()
     try:
         _fails(case)  # only the problems it meets are wanted
     finally:
         keys = _C.stop_recording()
     rng = random.Random(case.seed)
-    names = list(_C.cuda_backends())
+    names = [*_C.cuda_backends(), *sorted({f"{k['family']}:{k['name']}" for k in testing.kernels()})]
     _C.set_tuned_choices({key: rng.choice(names) for key in keys})
 
 

@@ -100,9 +100,11 @@ def test_a_file_that_is_not_a_cache_is_an_error_not_overwritten(tmp_path):
 
 
 def test_only_backends_of_this_build_are_applied():
-    built = _C.cuda_backends()
+    configs = {f"{k['family']}:{k['name']}" for k in tga.testing.kernels()}
+    built = {*_C.cuda_backends(), *configs}
     entries = {"k1": {"backend": "library"}, "k2": {"backend": "rule"}, "k3": {"backend": "no_such_backend"},
-               "k4": {"backend": "sm90"}}
+               "k4": {"backend": "sm90"}, "k5": {"backend": "sm90:no_such_configuration"},
+               "k6": {"backend": min(configs, default="sm90:none_compiled")}}
     _C.set_tuned_choices({"k0": "library", "k3": "library"})
     tuning._apply(entries)
     want = {k: e["backend"] for k, e in entries.items() if e["backend"] in built}
@@ -118,18 +120,20 @@ def test_the_report_names_problems_slower_than_eager():
     assert "k2: library (rule 10.0, library 8.0, eager 9.0 us)\n" in str(report) + "\n"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("winner_us, kept", [(60.0, "winner"), (98.0, "rule")])
-def test_a_problem_is_timed_in_turns_and_the_table_restored(monkeypatch, winner_us, kept):
-    """_time_problem runs each contender with the table naming it for the
-    problem alone (others' choices kept), eager with none, keeps a winner
-    only by rule tuned's margin, and restores the table. The timer is faked
-    (by what the table says while it runs): the logic, not the GPU."""
-    backends = tuning._candidates()
+def test_a_problem_is_timed_in_turns_and_the_table_restored(monkeypatch, dtype, winner_us, kept):
+    """_time_problem runs each contender (backends, and in bf16 the families'
+    configurations) with the table naming it for the problem alone (others'
+    choices kept), eager with none, keeps a winner only by rule tuned's
+    margin, and restores the table. The timer is faked (by what the table
+    says while it runs): the logic, not the GPU."""
+    call = _call("cpu", dtype, "row", "col", "column", False, True, 0)
+    key = _C.problem_key(*call)
+    backends = tuning._candidates(tuning._parse(key))
     if not backends:
         pytest.skip("a build without CUDA backends has nothing to choose between")
     winner = backends[-1]
-    call = _call("cpu", torch.float32, "row", "row", "column", False, False, 0)
-    key = _C.problem_key(*call)
     seen = []
 
     def fake_times(fn, calls=10):
@@ -146,6 +150,31 @@ def test_a_problem_is_timed_in_turns_and_the_table_restored(monkeypatch, winner_
     assert seen.count((None, "library")) == 2 * 2  # the rule's and eager's turns, each round
     assert all(choice in (None, *backends) and other == "library" for choice, other in seen)
     assert _C.tuned_choices() == {"other": "library"}
+
+
+@pytest.mark.parametrize("key", [
+    "bf16 gelu m=512 n=256 k=128 a=row b=col bias=column c=0 z=1 aligned=1",
+    "fp16 relu m=512 n=256 k=128 a=row b=row bias=none c=1 z=0 aligned=1",
+    "bf16 gelu m=512 n=256 k=128 a=row b=strided bias=none c=0 z=0 aligned=0",
+    "fp32 gelu m=512 n=256 k=128 a=row b=col bias=column c=0 z=1 aligned=1 tf32=1",
+    "fp32 gelu m=512 n=256 k=128 a=row b=col bias=column c=0 z=1 aligned=1 tf32=0",
+    "fp64 gelu m=512 n=256 k=128 a=row b=col bias=column c=0 z=0 aligned=1"])
+def test_the_candidates_are_the_backends_and_the_configurations_that_fit(key):
+    """A problem's candidates: every built CUDA backend but SIMT, then each
+    family configuration compiled for its dtype (fp32: with TF32 only) and B
+    layout (either, for a strided B) that stores Z where the problem does."""
+    p = tuning._parse(key)
+    candidates = tuning._candidates(p)
+    backends = [b for b in _C.cuda_backends() if b != "simt"]
+    assert candidates[:len(backends)] == backends and len(set(candidates)) == len(candidates)
+    dtype = {"bf16": "bf16", "fp16": "f16", "fp32": "f32" if p["tf32"] == "1" else None, "fp64": None}[p["dtype"]]
+    layouts = {"col": ("kmajor",), "row": ("nmajor",), "strided": ("kmajor", "nmajor")}[p["b"]]
+    fits = {f"{k['family']}:{k['name']}" for k in tga.testing.kernels()
+            if k["family"] in backends and k["dtype"] == dtype and k["b_layout"] in layouts
+            and (k["stores_z"] or p["z"] == "0")}
+    assert set(candidates[len(backends):]) == fits
+    if dtype is None:
+        assert candidates == backends
 
 
 def test_rule_tuned_keeps_only_a_clear_win():
@@ -209,6 +238,35 @@ def test_a_tuned_choice_forces_its_backend_cuda():
             torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=2e-2)
         _C.set_tuned_choices({})
         assert tga.explain(a, b, bias, activation="gelu") == untuned
+
+
+@requires_cuda
+def test_a_tuned_configuration_runs_where_it_can_cuda():
+    """A choice naming an sm90 configuration runs it (explain names it; the
+    result is right); one that cannot run the case (compiled for another
+    dtype only) leaves the case to the family's heuristic, as the choice of
+    the backend alone does."""
+    if "sm90" not in _C.cuda_backends() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family runs on compute capability 9.0 only")
+    a = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(80, 64, device="cuda", dtype=torch.bfloat16).t()  # K-major, as nn.Linear's weight
+    bias = torch.randn(80, device="cuda", dtype=torch.bfloat16)
+    key = _C.problem_key(a, b, bias, None, "gelu", 1.0, 0.0, 0.01, False)
+    ref = torch.nn.functional.gelu(torch.addmm(bias.double(), a.double(), b.double()))
+    table = tga.testing.kernels("sm90")
+    runs = sorted({k["name"] for k in table if k["dtype"] == "bf16" and k["b_layout"] == "kmajor"})
+    assert runs, "the sm90 family compiled no bf16 gemm_act configuration"
+    for name in runs:
+        _C.set_tuned_choices({key: f"sm90:{name}"})
+        assert tga.explain(a, b, bias, activation="gelu").startswith(f"sm90 (tuned): {name}, kmajor B")
+        y = tga.gemm_act(a, b, bias, activation="gelu")
+        torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=2e-2)
+    _C.set_tuned_choices({key: "sm90"})
+    heuristic = tga.explain(a, b, bias, activation="gelu")
+    for name in sorted({k["name"] for k in table} - set(runs)):
+        _C.set_tuned_choices({key: f"sm90:{name}"})
+        assert tga.explain(a, b, bias, activation="gelu") == heuristic, name
+        torch.testing.assert_close(tga.gemm_act(a, b, bias, activation="gelu").double(), ref, rtol=2e-2, atol=2e-2)
 
 
 @requires_cuda

@@ -5,9 +5,10 @@ The dispatch rule was measured on Hopper GPUs; elsewhere it runs the library
 backend (eager's own cuBLAS calls). ``tune`` runs the model once, notes each
 problem its gemm_act calls meet (dtype, activation, M, N, K, layouts,
 alignment, bias, C, Z: csrc/tuned_choices.h), times every CUDA backend of
-the build on fresh operands of that problem beside the rule's own choice and
-beside eager's ops, and keeps a backend where it beat the rule's choice by
-more than the margin of rule ``tuned`` (_policy.tuned). The choices go into the dispatch
+the build and every configuration of its tensor-core families that fits the
+problem, on fresh operands of that problem, beside the rule's own choice and
+beside eager's ops, and keeps a backend or configuration where it beat the
+rule's choice by more than the margin of rule ``tuned`` (_policy.tuned). The choices go into the dispatch
 rule for the rest of the process and into the cache, keyed by the GPU, its
 driver, PyTorch and this build; a later ``tune`` of a model meeting the same
 problems, in any process, reads them instead of timing again.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _C, _policy
+from . import testing as _testing
 from .activations import _shared_twin
 
 __all__ = ["tune", "TuneReport"]
@@ -45,8 +47,9 @@ _KEY = re.compile(r"(?P<dtype>\w+) (?P<activation>\w+) m=(?P<m>\d+) n=(?P<n>\d+)
 @dataclass
 class TuneReport:
     """What ``tune`` found: for each problem (its key), the entry kept
-    (``backend``: a backend's name or "rule"; ``us``: median microseconds
-    of the rule's choice, each backend and eager's ops; ``cached``: read
+    (``backend``: a backend's name, "family:configuration", or "rule";
+    ``us``: median microseconds of the rule's choice, each candidate and
+    eager's ops; ``cached``: read
     from the cache rather than timed)."""
 
     device: str
@@ -189,9 +192,10 @@ def _store(path, device, fresh):
 
 
 def _apply(entries):
-    """The entries that name a backend of this build, as the dispatch rule's
-    tuned choices (with the choices already set for other problems)."""
-    built = set(_C.cuda_backends())
+    """The entries that name a backend of this build, or a configuration it
+    compiled, as the dispatch rule's tuned choices (with the choices already
+    set for other problems)."""
+    built = {*_C.cuda_backends(), *(f"{k['family']}:{k['name']}" for k in _testing.kernels())}
     choices = dict(_C.tuned_choices())
     for key, entry in entries.items():
         if entry["backend"] in built:
@@ -201,10 +205,24 @@ def _apply(entries):
     _C.set_tuned_choices(choices)
 
 
-def _candidates():
-    """The backends a choice may name: the build's CUDA backends but the SIMT
-    kernel, a tested fallback."""
-    return [name for name in _C.cuda_backends() if name != "simt"]
+# A key's dtype (fp32: with TF32 only) and B layout as the kernel tables name them.
+_TABLE_DTYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32"}
+_TABLE_LAYOUTS = {"col": "kmajor", "row": "nmajor"}
+
+
+def _candidates(p):
+    """What a choice may name for a problem (its parsed key): the build's
+    CUDA backends but the SIMT kernel, a tested fallback, and for each
+    tensor-core family built, "family:configuration" for each gemm_act
+    configuration compiled for the problem's dtype and B layout that stores Z
+    where the problem does."""
+    backends = [name for name in _C.cuda_backends() if name != "simt"]
+    dtype = _TABLE_DTYPES.get(p["dtype"]) if p["dtype"] != "fp32" or p["tf32"] == "1" else None
+    layout = _TABLE_LAYOUTS.get(p["b"])  # strided: the family runs aligned copies, of either layout
+    configs = [f"{k['family']}:{k['name']}" for k in _testing.kernels()
+               if k["family"] in backends and k["dtype"] == dtype and layout in (None, k["b_layout"])
+               and (k["stores_z"] or p["z"] == "0")]
+    return backends + list(dict.fromkeys(configs))
 
 
 def _parse(key):
@@ -268,7 +286,8 @@ def _time_problem(key, rounds, device):
         return twin(z)
 
     previous = dict(_C.tuned_choices())
-    contenders = {RULE: None, **{name: name for name in _candidates()}}
+    candidates = _candidates(_parse(key))
+    contenders = {RULE: None, **{name: name for name in candidates}}
     samples = {name: [] for name in (*contenders, "eager")}
     try:
         with torch.no_grad():
@@ -284,7 +303,7 @@ def _time_problem(key, rounds, device):
     finally:
         _C.set_tuned_choices(previous)
     us = {name: statistics.median(times) for name, times in samples.items()}
-    best = min(_candidates(), key=us.__getitem__)
+    best = min(candidates, key=us.__getitem__)
     backend = best if _policy.tuned(us[RULE], us[best]) else RULE
     return {"backend": backend, "us": us}
 

@@ -99,7 +99,7 @@ const CudaForwardBackend* first_backend(const std::optional<std::string>& tuned_
     const std::string forced = testing::overrides().cuda_backend;
     if (!forced.empty()) return backend_named(forced, "forced");
   }
-  if (tuned_choice.has_value()) return backend_named(*tuned_choice, "tuned");
+  if (tuned_choice.has_value()) return backend_named(tuned::backend_of(*tuned_choice), "tuned");
   return std::begin(kForwardBackends);
 }
 
@@ -132,7 +132,7 @@ std::string plan_cuda(const GemmActArgs& args) {
   const std::optional<std::string> tuned_choice = tuned::choice(args);
   const tuned::ScopedForce force(tuned_choice);
   const CudaForwardBackend* first = first_backend(tuned_choice);
-  const bool by_tuning = tuned_choice.has_value() && first->name == *tuned_choice;
+  const bool by_tuning = tuned_choice.has_value() && first->name == tuned::backend_of(*tuned_choice);
   std::string declined;  // the rules of the backends before it that fired
   for (const CudaForwardBackend* backend = first; backend != std::end(kForwardBackends); ++backend) {
     if (std::optional<std::string> plan = backend->plan(args)) {

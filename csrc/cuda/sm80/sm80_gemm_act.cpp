@@ -141,6 +141,14 @@ Sm80Case classify(const GemmActArgs& args) {
   out.layout = *layout;
 
   const std::string forced = forced_kernel();
+  // A tuned choice's configuration where it can run the case (a problem key
+  // does not see everything a kernel needs), else the heuristic's.
+  const std::string tuned_name = forced.empty() ? tuned::forced_kernel("sm80") : std::string();
+  std::optional<KernelConfig> tuned;
+  if (!tuned_name.empty()) {
+    const KernelConfig named = config_named(tuned_name);
+    if (is_compiled(named, out.dtype, out.layout) && fits(named, info.limits)) tuned = named;
+  }
   if (!forced.empty()) {
     out.config = config_named(forced);
     TORCH_CHECK(is_compiled(out.config, out.dtype, out.layout),
@@ -151,6 +159,8 @@ Sm80Case classify(const GemmActArgs& args) {
     TORCH_CHECK(fits(out.config, info.limits), "gemm_act: the forced sm80 kernel '", forced,
                 "' needs ", config_info(out.config).smem_bytes,
                 " bytes of shared memory per block; this GPU allows ", info.limits.smem_optin);
+  } else if (tuned.has_value()) {
+    out.config = *tuned;
   } else {
     const std::optional<KernelConfig> config = choose_config(p.m, p.n, out.dtype, out.layout, info.limits);
     if (!config.has_value()) return out;

@@ -169,6 +169,26 @@ std::optional<KernelConfig> forced_config() {
   return config_named(forced);
 }
 
+// gemm_act's configuration for a direct case: the testing switch's, else a
+// tuned choice's where that configuration can run the case (a problem key
+// does not see everything a kernel needs), else the heuristic's.
+KernelConfig gemm_act_config(const GemmActParams& p, Dtype dtype, BLayout layout, int sm_count) {
+  if (const std::optional<KernelConfig> forced = forced_config()) {
+    TORCH_CHECK_VALUE(config_op(*forced) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
+                      config_name(*forced), "' computes ", op_name(config_op(*forced)), ", not gemm_act");
+    return *forced;
+  }
+  const std::string tuned_name = tuned::forced_kernel("sm90");
+  if (!tuned_name.empty()) {
+    const KernelConfig tuned = config_named(tuned_name);
+    if (config_op(tuned) == KernelOp::GemmAct && is_compiled(tuned, dtype, layout) &&
+        (p.z == nullptr || config_stores_z(tuned))) {
+      return tuned;
+    }
+  }
+  return choose_config(p, dtype, layout, sm_count);
+}
+
 // The tile order the heuristic chooses for la.config, or with the band the
 // testing switch forces.
 void order_tiles(const GemmActParams& p, Dtype dtype, LaunchArgs& la) {
@@ -184,13 +204,7 @@ bool run_direct(const GemmActArgs& args, Dtype dtype, BLayout layout, int device
   const GemmActParams& p = args.params;
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
-  la.config = choose_config(p, dtype, layout, la.sm_count);
-  if (const std::optional<KernelConfig> forced = forced_config()) {
-    la.config = *forced;
-    TORCH_CHECK_VALUE(config_op(la.config) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
-                      config_name(la.config), "' computes ", op_name(config_op(la.config)),
-                      ", not gemm_act");
-  }
+  la.config = gemm_act_config(p, dtype, layout, la.sm_count);
   order_tiles(p, dtype, la);
 
   const LaunchResult result = launch(la.config, dtype, layout, p.activation, la);
@@ -280,10 +294,9 @@ std::optional<std::string> plan(const GemmActArgs& args) {
     return std::string(
         "operands copied to 16-byte-aligned buffers first, the configuration chosen for the copies");
   }
-  LaunchArgs la;
-  la.sm_count = device_info(c.device).sm_count;
-  choose_launch(args.params, c.dtype, c.layout, la);
-  return std::string(config_name(la.config)) + ", " + layout_name(c.layout) + " B";
+  const KernelConfig config =
+      gemm_act_config(args.params, c.dtype, c.layout, device_info(c.device).sm_count);
+  return std::string(config_name(config)) + ", " + layout_name(c.layout) + " B";
 }
 
 bool try_gemm_act(const GemmActArgs& args, cudaStream_t stream) {

@@ -122,12 +122,5 @@ inline void choose_tile_order(const GemmActParams& p, Dtype dtype, LaunchArgs& l
   }
 }
 
-// Fills la.config, la.raster and la.max_swizzle for gemm_act's problem in
-// `p` from la.sm_count.
-inline void choose_launch(const GemmActParams& p, Dtype dtype, BLayout layout, LaunchArgs& la) {
-  la.config = choose_config(p, dtype, layout, la.sm_count);
-  choose_tile_order(p, dtype, la);
-}
-
 }  // namespace sm90
 }  // namespace gemm_act
