@@ -1,8 +1,8 @@
 // The parameter structs and enums shared by every backend and kernel.
 //
-// ops.cpp validates inputs and fills these; kernels trust them. All strides
+// checks.cpp validates inputs and fills these; kernels trust them. All strides
 // are in elements; sizes and strides are int64 so no kernel overflows on
-// large tensors (ops.cpp still caps M, N, K at int32 for grid sizes).
+// large tensors (checks.cpp still caps M, N, K at int32 for grid sizes).
 #pragma once
 
 #include <cstdint>

@@ -101,7 +101,7 @@ struct OperandTileLoader {
   alignas(16) Element stage[kElems];  // the next k-step, in the storage type
 
   // The operand's block tile starts at row mn0 of extent_mn rows (mn0 < extent_mn);
-  // k is K. extent_mn and K are < 2^31 (ops.cpp), so the int counters fit.
+  // k is K. extent_mn and K are < 2^31 (checks.cpp), so the int counters fit.
   __device__ __forceinline__ OperandTileLoader(const Element* operand, int64_t mn0, int64_t extent_mn,
                                                int64_t k, int64_t stride_mn, int64_t stride_k,
                                                OperandLoad mode_, int tid)

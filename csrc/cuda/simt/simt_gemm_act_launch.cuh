@@ -39,7 +39,7 @@ void launch_simt_kernel(const SimtGemmActParams<typename Cfg::Element>& kp, cuda
 template <class Cfg>
 void launch_simt_config(const GemmActParams& p, cudaStream_t stream) {
   using Element = typename Cfg::Element;
-  // ops.cpp caps M, N and K at 2^31 - 1; the kernel's int row/k counters rely on it.
+  // checks.cpp caps M, N and K at 2^31 - 1; the kernel's int row/k counters rely on it.
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   TORCH_INTERNAL_ASSERT(p.m > 0 && p.n > 0 && p.k >= 0 && p.m <= kInt32Max && p.n <= kInt32Max && p.k <= kInt32Max);
 

@@ -63,7 +63,7 @@ cudaError_t kernel_params(const GemmActParams& p, KernelParams<typename Traits::
   if (err != cudaSuccess) return err;
   const int64_t tiles_m = ceil_div(p.m, Traits::kTileM);
   const int64_t tiles_n = ceil_div(p.n, Traits::kTileN);
-  // ops.cpp caps M, N and K at 2^31 - 1, so each fits an int; the grid's
+  // checks.cpp caps M, N and K at 2^31 - 1, so each fits an int; the grid's
   // x dimension must hold the tile count (an output of 2^45 elements would
   // be needed to exceed it).
   if (tiles_m * tiles_n > INT32_MAX) return cudaErrorInvalidConfiguration;
