@@ -4,8 +4,9 @@ and torch.mm, to choose the rules of its heuristic
 
 The configurations are the ones this build compiled, by name, as the package
 lists them (torch_gemm_act.testing.kernels(family), from the family's table),
-"auto", the heuristic's own choice, and "library", the backend the rule falls back to (cuBLASLt's
-fused epilogue or cuBLAS and a pass), against which a family must win.
+"auto", the heuristic's own choice, and "library", the backend the rule falls
+back to (cuBLASLt's fused epilogue or cuBLAS and a pass), against which a
+family must win.
 Each case runs only the configurations compiled for its dtype
 (B = weight.t(), K-major) that can store what it stores; the family's
 backend and configuration are forced through torch_gemm_act.testing.override. For each
