@@ -53,8 +53,8 @@ def main():
             end.synchronize()
             return start.elapsed_time(end)
 
-        def own_time(e):
-            return e.device_time_total
+        def own_time(e):  # a kernel's own time; a CPU op's (--host) is its kernels', counted there
+            return e.self_device_time_total
     else:
         sync, activity, unit = (lambda: None), torch.profiler.ProfilerActivity.CPU, "ops"
         stamp = time.perf_counter
