@@ -108,12 +108,12 @@ def fuse(case, model):
 
 
 def fuse_loss(case, model):
-    """For the causal LMs, the head's loss through linear_cross_entropy
-    (fuse_lm_loss): a model-level opt-in, as enable_compile_fusion() is. The
-    compile pass cannot do it (the model returns its logits), so compile
-    fusion's contender takes it too."""
+    """For the language models (GPT-2, Llama, BERT's masked LM), the head's
+    loss through linear_cross_entropy (fuse_lm_loss): a model-level opt-in,
+    as enable_compile_fusion() is. The compile pass cannot do it (the model
+    returns its logits), so compile fusion's contender takes it too."""
     import torch_gemm_act
-    return torch_gemm_act.fuse_lm_loss(model) if WHOLE[case][0] in ("gpt2", "llama") else model
+    return torch_gemm_act.fuse_lm_loss(model) if WHOLE[case][0] in ("gpt2", "llama", "bert") else model
 
 
 def unwrap(model):

@@ -1,15 +1,21 @@
-"""fuse_lm_loss: a transformers causal LM's training loss through
+"""fuse_lm_loss: a transformers language model's training loss through
 linear_cross_entropy, its logits ([batch, sequence, vocabulary]) never
 written.
 
 The model keeps its modules and parameters; its forward is bound anew on
 the instance. A call with ``labels`` in training (``model.training`` and
-grad mode on) runs the base model, then the loss as transformers'
-ForCausalLMLoss computes it (labels shifted by one, ``ignore_index``,
-``shift_labels``, ``num_items_in_batch``; Gemma 2's final softcap), and
-returns the model's output with ``logits=None``. Any other call (no
-labels, eval mode, no grad, ``logits_to_keep``, more than one positional
-argument) is the model's own forward, logits included.
+grad mode on) runs the base model, then the loss as the model computes it,
+and returns the model's output with ``logits=None``:
+- a causal LM: transformers' ForCausalLMLoss (labels shifted by one,
+  ``ignore_index``, ``shift_labels``, ``num_items_in_batch``; Gemma 2's
+  final softcap);
+- BERT's masked LM: CrossEntropyLoss over the labelled tokens, the head
+  (its transform, then the decoder) run on those rows alone. Their count
+  is data: finding them synchronises with the GPU once, and under
+  torch.compile the head runs outside the graph.
+Any other call (no labels, eval mode, no grad, ``logits_to_keep``, more
+than one positional argument, ``return_dict=False``) is the model's own
+forward, logits included.
 """
 
 import dataclasses
@@ -18,43 +24,55 @@ import types
 import torch
 from torch import nn
 
-from .cross_entropy import _loss_and_lse
+from .cross_entropy import _loss_and_lse, linear_cross_entropy
 
 __all__ = ["fuse_lm_loss"]
 
 # Model types whose causal LM computes lm_head(hidden) (and, where the config
 # says, the final softcap) and takes ForCausalLMLoss: no other logit scaling.
-_PLAIN_HEADS = frozenset(("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"))
+_CAUSAL = frozenset(("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"))
+# Model types whose masked LM computes cls.predictions (transform, then a
+# Linear decoder) and takes CrossEntropyLoss(ignore_index=-100).
+_MASKED = frozenset(("bert",))
 # Config attributes that scale the logits some other way: such a model stays as it is.
 _OTHER_SCALING = ("logit_scale", "logits_scaling", "output_multiplier_scale")
 _LOSS_ONLY = ("num_items_in_batch", "ignore_index", "shift_labels")
 
 
-def _why_not(model):
-    """Why model's loss cannot be routed, or None."""
+def _kind(model):
+    """("causal" or "masked", None), or (None, why model's loss cannot be routed)."""
+    from transformers.models.auto import modeling_auto
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    if model_type not in _PLAIN_HEADS:
-        return f"its model_type {model_type!r} is not one of {', '.join(sorted(_PLAIN_HEADS))}"
-    if type(getattr(model, "lm_head", None)) is not nn.Linear:
-        return "it has no nn.Linear lm_head"
+    kind, names = (("causal", modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) if model_type in _CAUSAL else
+                   ("masked", modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES) if model_type in _MASKED else
+                   (None, None))
+    if kind is None:
+        return None, f"its model_type {model_type!r} is not one of {', '.join(sorted(_CAUSAL | _MASKED))}"
+    if type(model).__name__ != names.get(model_type):
+        # Another head on the same base (GPT2DoubleHeadsModel, BertForPreTraining) has other losses too.
+        return None, f"it is a {type(model).__name__}, not the {kind} LM {names.get(model_type)}"
+    head = model.lm_head if kind == "causal" else getattr(getattr(model.cls, "predictions", None), "decoder", None)
+    if type(head) is not nn.Linear:
+        return None, "its head's last layer is not an nn.Linear"
     if getattr(model, "base_model", model) is model:
-        return "it has no base model under its head"
+        return None, "it has no base model under its head"
     scaling = [name for name in _OTHER_SCALING if getattr(config, name, None) not in (None, 1, 1.0)]
     if scaling:
-        return f"its config scales the logits ({', '.join(scaling)})"
-    return None
+        return None, f"its config scales the logits ({', '.join(scaling)})"
+    return kind, None
 
 
 def fuse_lm_loss(model):
     """Routes, in place, the training loss of a transformers causal LM
-    (GPT-2, Llama, Mistral, Qwen 2/3, Gemma 1/2, Phi-3) through
-    linear_cross_entropy; returns ``model``. In training with ``labels``
-    the output's ``logits`` is None; every other call is unchanged."""
-    why = _why_not(model)
+    (GPT-2, Llama, Mistral, Qwen 2/3, Gemma 1/2, Phi-3) or of BERT's masked
+    LM through linear_cross_entropy; returns ``model``. In training with
+    ``labels`` the output's ``logits`` is None; every other call is
+    unchanged."""
+    kind, why = _kind(model)
     if why is not None:
         raise ValueError(f"fuse_lm_loss: expected a transformers causal LM whose loss is lm_head(hidden) and "
-                         f"ForCausalLMLoss; {type(model).__name__} is not: {why}")
+                         f"ForCausalLMLoss, or BERT's masked LM; {type(model).__name__} is not: {why}")
     if getattr(model, "_lm_loss_fused", False):
         return model
 
@@ -62,6 +80,11 @@ def fuse_lm_loss(model):
         if labels is None or len(args) > 1 or not (self.training and torch.is_grad_enabled()) \
                 or kwargs.get("logits_to_keep", 0) not in (0, None) or kwargs.get("return_dict") is False:
             return type(self).forward(self, *args, labels=labels, **kwargs)  # the class's own
+        if kind == "masked":
+            kwargs.pop("return_dict", None)
+            out = self.base_model(*args, return_dict=True, **kwargs)
+            return _masked_output(loss=_masked_lm_loss(self, out[0], labels), logits=None,
+                                  hidden_states=out.hidden_states, attentions=out.attentions)
         kwargs.pop("logits_to_keep", None)
         loss_args = {name: kwargs.pop(name) for name in _LOSS_ONLY if name in kwargs}
         out = self.base_model(*args, **kwargs)
@@ -73,6 +96,17 @@ def fuse_lm_loss(model):
     model.forward = types.MethodType(forward, model)
     model._lm_loss_fused = True
     return model
+
+
+@torch.compiler.disable  # the labelled rows' count is data: no graph of fixed shapes holds it
+def _masked_lm_loss(model, hidden, labels):
+    """BERT's masked-LM loss, CrossEntropyLoss over the labelled tokens, from
+    those rows alone: the head's transform and decoder never see the rest."""
+    head = model.cls.predictions
+    labels = labels.to(hidden.device).reshape(-1)
+    rows = (labels != -100).nonzero().squeeze(1)  # the step's one synchronisation
+    picked = head.transform(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows))
+    return linear_cross_entropy(picked, head.decoder.weight, labels.index_select(0, rows), head.decoder.bias)
 
 
 def _causal_lm_loss(model, hidden, labels, num_items_in_batch=None, ignore_index=-100, shift_labels=None):
@@ -88,6 +122,11 @@ def _causal_lm_loss(model, hidden, labels, num_items_in_batch=None, ignore_index
         loss = loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch)
                        else num_items_in_batch)
     return loss
+
+
+def _masked_output(**fields):
+    from transformers.modeling_outputs import MaskedLMOutput
+    return MaskedLMOutput(**fields)
 
 
 def _output_class(base_output):
