@@ -263,6 +263,24 @@ def draw_linear_ce(rng, device):
     return p
 
 
+def draw_lm_loss(rng, device):
+    """fuse_lm_loss on a tiny transformers model (GPT-2, Llama, BERT's
+    masked LM): its training loss against the model's own forward. Tokens,
+    width, vocabulary, the share of labelled tokens, num_items_in_batch
+    (the causal LMs), and now and then chunks of 128 columns."""
+    p = {}
+    _common(rng, device, p)
+    p["train"] = True  # the routed call is the training loss; any other is the model's own
+    p["family"] = rng.choice(("gpt2", "llama", "bert"))
+    p["lead"] = [rng.randint(1, 3), rng.randint(2, 40)]
+    p["k"] = rng.choice((32, 64))
+    p["vocab"] = rng.choice((rng.randint(50, 400), rng.randint(400, 1500)))
+    p["labelled"] = rng.choice((0.15, 0.5, 1.0))
+    p["num_items"] = p["family"] != "bert" and rng.random() < 0.3
+    p["small_chunks"] = rng.random() < 0.5
+    return p
+
+
 ROUTES = {
     "gemm_act": draw_gemm_act,
     "linear_act": lambda rng, dev: draw_linear(rng, dev, "linear_act"),
@@ -275,6 +293,7 @@ ROUTES = {
     "packed_glu": lambda rng, dev: draw_glu(rng, dev, "packed_glu"),
     "compile": draw_compile,
     "linear_cross_entropy": draw_linear_ce,
+    "fuse_lm_loss": draw_lm_loss,
 }
 
 

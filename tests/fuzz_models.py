@@ -1,5 +1,6 @@
 """The fuzz's model routes (fuzz.py): MLPs fused by fuse_linear_act, the
-gated operators and modules, and the compile-fusion pass."""
+gated operators and modules, the compile-fusion pass, linear_cross_entropy
+and fuse_lm_loss."""
 
 import contextlib
 import copy
@@ -399,10 +400,104 @@ def build_linear_ce(case, data):
     return Trial(inputs, ours, theirs, ref, _comp(p), (True,))
 
 
+def _lm(family, k, vocab):
+    """A tiny transformers model of the family, dropout off and eager
+    attention (SDPA's backward need not repeat itself bit for bit)."""
+    import transformers as t
+    common = dict(vocab_size=vocab, attn_implementation="eager")
+    if family == "gpt2":
+        return t.GPT2LMHeadModel(t.GPT2Config(n_layer=2, n_embd=k, n_head=4, n_positions=64, bos_token_id=0,
+                                              eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                              **common))
+    if family == "llama":
+        return t.LlamaForCausalLM(t.LlamaConfig(hidden_size=k, intermediate_size=2 * k, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2,
+                                                max_position_embeddings=64, bos_token_id=0, eos_token_id=0,
+                                                pad_token_id=None, **common))
+    return t.BertForMaskedLM(t.BertConfig(hidden_size=k, intermediate_size=2 * k, num_hidden_layers=2,
+                                          num_attention_heads=4, max_position_embeddings=64,
+                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common))
+
+
+def build_lm_loss(case, data):
+    """fuse_lm_loss's training loss against the same model's own forward
+    (its class's, on the same parameters), both against a float64 copy."""
+    from unittest import mock
+
+    from torch_gemm_act import _policy
+
+    p, dev = case.p, case.device
+    dtype, (batch, length), k, vocab = _dtype(p), p["lead"], p["k"], p["vocab"]
+    torch.manual_seed(case.data_seed % (2 ** 31))
+    model = tga.fuse_lm_loss(_lm(p["family"], k, vocab).to(device=dev, dtype=dtype).train())
+    causal = p["family"] != "bert"
+    head = model.lm_head if causal else model.cls.predictions.decoder
+    if not p["scaled"]:
+        with torch.no_grad():  # unscaled logits: the head (tied to the embedding in GPT-2 and BERT) at unit scale
+            head.weight.copy_(data.randn(*head.weight.shape, dtype=dtype))
+    ids = torch.randint(vocab, (batch, length), generator=data.gen, device=dev)
+    labelled = torch.rand(ids.shape, generator=data.gen, device=dev) < p["labelled"]
+    labels = torch.where(labelled, ids, -100)
+    data.bases += [ids, labels]
+    kwargs = dict(input_ids=ids, labels=labels)
+    if p["num_items"]:
+        kwargs["num_items_in_batch"] = torch.tensor(1 + int(labelled.sum()), device=dev)
+    checked = {"head": head.weight}
+    if not causal:
+        checked["transform"] = model.cls.predictions.transform.dense.weight
+    base = [prm for prm in model.base_model.parameters() if prm.dim() == 2]
+    checked["base"] = base[-1]  # the last block's last matrix
+    inputs = dict(checked)
+
+    def chunks():
+        return mock.patch.object(_policy, "ce_chunk", _chunks_of_128) if p["small_chunks"] else contextlib.nullcontext()
+
+    def ours():
+        with chunks():
+            out = model(**kwargs)
+        assert out.logits is None
+        return (out.loss,), None
+
+    def theirs():
+        return (type(model).forward(model, **kwargs).loss,), None
+
+    def ref(t64, hint):
+        # The loss's formula in float64 (the model's own forward computes a
+        # causal LM's loss from fp32 logits, whatever the model's dtype).
+        m64 = copy.deepcopy(model).to(torch.float64)
+        for name, prm in checked.items():
+            _replace_everywhere(m64, _find(model, m64, prm), t64[name])
+        hidden = m64.base_model(input_ids=ids)[0]
+        if not causal:
+            return (F.cross_entropy(m64.cls(hidden).flatten(0, 1), labels.flatten()),)
+        target = F.pad(labels, (0, 1), value=-100)[:, 1:].flatten()
+        logits = m64.lm_head(hidden).flatten(0, 1)
+        if p["num_items"]:
+            return (F.cross_entropy(logits, target, reduction="sum") / kwargs["num_items_in_batch"],)
+        return (F.cross_entropy(logits, target),)
+
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,))
+
+
+def _find(model, copied, prm):
+    """copied's parameter at prm's place in model."""
+    names = dict(model.named_parameters())
+    name = next(n for n, q in names.items() if q is prm)
+    return dict(copied.named_parameters())[name]
+
+
+def _replace_everywhere(model, old, new):
+    """new for old at every place it is held (tied weights among them)."""
+    for mod in model.modules():
+        for name, prm in list(mod._parameters.items()):
+            if prm is old:
+                mod._parameters[name] = new
+
+
 BUILDERS = {"gemm_act": build_gemm_act, "linear_act": build_linear, "linear_module": build_linear,
             "conv1d": build_linear, "fuse_mlp": build_mlp, "gemm_glu": build_glu, "gated_linear_act": build_glu,
             "gated_module": build_glu, "packed_glu": build_glu, "compile": build_compile,
-            "linear_cross_entropy": build_linear_ce}
+            "linear_cross_entropy": build_linear_ce, "fuse_lm_loss": build_lm_loss}
 
 # --------------------------------------------------------------------------
 # Running and checking a trial

@@ -405,6 +405,25 @@ def test_under_autocast_as_pytorch():
     assert h.grad.dtype == w.grad.dtype == torch.float32
 
 
+def test_under_autocast_operands_of_mixed_dtypes():
+    """Under autocast hidden may come in autocast's dtype and the weight in
+    fp32, as F.linear takes them; outside it they must match."""
+    h64, w64, b64, t = _case(30, 16, 300, torch.float64, True)
+    h, w, b = h64.bfloat16().requires_grad_(), w64.float().requires_grad_(), b64.float().requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = tga.linear_cross_entropy(h, w, t, b)
+        eager = F.cross_entropy(F.linear(h, w, b), t)
+    ref = _reference(h64, w64, t, b64, "mean", 0.0, None)
+    assert loss.dtype == eager.dtype == torch.float32
+    assert _err(loss, ref) <= max(3 * _err(eager, ref), 2e-2)
+    loss.backward()
+    assert (h.grad.dtype, w.grad.dtype, b.grad.dtype) == (torch.bfloat16, torch.float32, torch.float32)
+    with pytest.raises(TypeError, match="share a dtype, got torch.bfloat16, torch.float32"):
+        tga.linear_cross_entropy(h, w, t, b)
+    with torch.autocast("cpu", torch.bfloat16), pytest.raises(TypeError, match="autocast's torch.bfloat16"):
+        tga.linear_cross_entropy(h64, w, t)  # float64 is not cast: F.linear refuses it too
+
+
 def test_chunk_rule():
     """Rule ce_chunk: multiples of 128 columns within the vocabulary, about
     CE_CHUNK_BYTES of logits, wider where hidden's fp32 gradient is larger."""

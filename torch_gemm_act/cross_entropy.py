@@ -16,6 +16,7 @@ chunk's rows of weight's gradient, whole, and hidden's gradient, summed
 over chunks in fp32. Nothing synchronises with the GPU.
 """
 
+import contextlib
 import math
 from typing import Optional
 
@@ -29,6 +30,7 @@ from .ops import linear_ce_chunks_backward as _CHUNKS_BACKWARD, linear_ce_chunks
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
 
 _REDUCTIONS = ("none", "mean", "sum")
+_AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)  # what autocast casts for F.linear
 
 
 def _accumulates_in(dtype):
@@ -164,32 +166,29 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
         raise TypeError(f"linear_cross_entropy: target must hold class indices (int64), got {target.dtype}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"linear_cross_entropy: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    device_type = hidden.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
+    if autocast:
+        # As autocast runs F.linear (in its dtype) and F.cross_entropy (fp32):
+        # the floating operands cast once here, forward and backward then in one dtype.
+        hidden, weight, bias = (t.to(dtype) if t is not None and t.dtype in _AUTOCAST_CASTS else t
+                                for t in (hidden, weight, bias))
     if hidden.dtype != weight.dtype or (bias is not None and bias.dtype != weight.dtype):
-        raise TypeError(f"linear_cross_entropy: hidden, weight and bias must share a dtype, got {hidden.dtype}, "
-                        f"{weight.dtype}" + (f", {bias.dtype}" if bias is not None else ""))
+        raise TypeError("linear_cross_entropy: hidden, weight and bias must share a dtype" +
+                        (f" (or cast to autocast's {dtype})" if autocast else "") +
+                        f", got {hidden.dtype}, {weight.dtype}" + (f", {bias.dtype}" if bias is not None else ""))
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"linear_cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if softcap is not None and not softcap > 0:
         raise ValueError(f"linear_cross_entropy: softcap must be positive or None, got {softcap}")
     lead = target.shape
-    device_type = hidden.device.type
-    autocast = torch.is_autocast_enabled(device_type)
-    dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
     width = hidden.shape[-1]
     tokens = hidden.numel() // width if width else 0
-    chunk = _policy.ce_chunk(tokens, width, weight.shape[0], dtype.itemsize)
+    chunk = _policy.ce_chunk(tokens, width, weight.shape[0], hidden.dtype.itemsize)
     args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0), chunk)
-    if autocast:
-        # As autocast runs F.linear (in its dtype) and F.cross_entropy (fp32):
-        # the operands cast once here, forward and backward then in one dtype.
-
-        def cast(t):
-            return t.to(dtype) if t is not None and t.dtype in (torch.float32, torch.float16, torch.bfloat16) else t
-        with torch.autocast(device_type, enabled=False):
-            loss, lse = _forward(cast(hidden).reshape(-1, hidden.shape[-1]), cast(weight), target.reshape(-1).long(),
-                                 cast(bias), *args)
-    else:
-        loss, lse = _forward(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1).long(), bias, *args)
+    with torch.autocast(device_type, enabled=False) if autocast else contextlib.nullcontext():
+        loss, lse = _forward(hidden.reshape(-1, width), weight, target.reshape(-1).long(), bias, *args)
     return (loss.reshape(lead) if reduction == "none" else loss), lse.reshape(lead)
 
 
