@@ -41,18 +41,18 @@ _LOSS_ONLY = ("num_items_in_batch", "ignore_index", "shift_labels")
 
 def _kind(model):
     """("causal" or "masked", None), or (None, why model's loss cannot be routed)."""
-    from transformers.models.auto import modeling_auto
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    kind, names = (("causal", modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) if model_type in _CAUSAL else
-                   ("masked", modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES) if model_type in _MASKED else
-                   (None, None))
-    if kind is None:
+    if model_type not in _CAUSAL | _MASKED:
         return None, f"its model_type {model_type!r} is not one of {', '.join(sorted(_CAUSAL | _MASKED))}"
+    from transformers.models.auto import modeling_auto  # a model of these types comes from transformers
+    kind, names = (("causal", modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) if model_type in _CAUSAL else
+                   ("masked", modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES))
     if type(model).__name__ != names.get(model_type):
         # Another head on the same base (GPT2DoubleHeadsModel, BertForPreTraining) has other losses too.
         return None, f"it is a {type(model).__name__}, not the {kind} LM {names.get(model_type)}"
-    head = model.lm_head if kind == "causal" else getattr(getattr(model.cls, "predictions", None), "decoder", None)
+    head = (getattr(model, "lm_head", None) if kind == "causal" else
+            getattr(getattr(getattr(model, "cls", None), "predictions", None), "decoder", None))
     if type(head) is not nn.Linear:
         return None, "its head's last layer is not an nn.Linear"
     if getattr(model, "base_model", model) is model:
