@@ -1,16 +1,17 @@
 """torch_gemm_act.tune: the CUDA backend for each GEMM a model runs, timed on
 the GPU at hand and kept in a cache on disk.
 
-The dispatch rule was measured on Hopper GPUs; elsewhere it runs the library
-backend (eager's own cuBLAS calls). ``tune`` runs the model once, notes each
-problem its gemm_act calls meet (dtype, activation, M, N, K, layouts,
-alignment, bias, C, Z: csrc/tuned_choices.h), times every CUDA backend of
-the build and every configuration of its tensor-core families that fits the
-problem, on fresh operands of that problem, beside the rule's own choice and
-beside eager's ops, and keeps a backend or configuration where it beat the
-rule's choice by more than the margin of rule ``tuned`` (_policy.tuned). The choices go into the dispatch
-rule for the rest of the process and into the cache, keyed by the GPU, its
-driver, PyTorch and this build; a later ``tune`` of a model meeting the same
+The dispatch rule was measured only on the GPUs the README names; elsewhere
+it runs the library backend (eager's own cuBLAS calls). ``tune`` runs the
+model once, notes each problem its gemm_act calls meet (dtype, activation,
+M, N, K, layouts, alignment, bias, C, Z: csrc/tuned_choices.h), times every
+CUDA backend of the build and every configuration of its tensor-core
+families that fits the problem, on fresh operands of that problem, beside
+the rule's own choice and beside eager's ops, and keeps a backend or
+configuration where it beat the rule's choice by more than the margin of
+rule ``tuned`` (_policy.tuned). The choices go into the dispatch rule for
+the rest of the process and into the cache, keyed by the GPU, its driver,
+PyTorch and this build; a later ``tune`` of a model meeting the same
 problems, in any process, reads them instead of timing again.
 """
 
