@@ -5,6 +5,10 @@ and their count (torch.profiler), the kernels that take the most, and the
 kernel families whose time differs most between the two.
 
     python bench/diag/step_profile.py --case whole_gpt2 [--mode training] [--compiled]
+        [--contenders eager fused mlp head]
+
+Contenders: eager, fused (bench/whole.py's), mlp (fuse_linear_act alone),
+head (fuse_lm_loss alone); each after the first is compared with the first.
 
 --cpu-dry-run runs a tiny model on the CPU (the script's plumbing, not its
 numbers: wall-clock times, the profiler's CPU events).
@@ -31,12 +35,13 @@ def main():
     p.add_argument("--compiled", action="store_true")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--top", type=int, default=14)
+    p.add_argument("--contenders", nargs="+", default=["eager", "fused"], choices=sorted(CONTENDERS))
     p.add_argument("--host", action="store_true", help="also the host's ops by their own CPU time, and their differences")
     p.add_argument("--cpu-dry-run", action="store_true", help="a tiny model on the CPU: for testing this script")
     args = p.parse_args()
     device = "cpu" if args.cpu_dry_run else "cuda"
     built = whole.build(args.case, device, args.cpu_dry_run)
-    models = {"eager": built.model, "fused": whole.fuse(args.case, copy.deepcopy(built.model))}
+    models = {name: CONTENDERS[name](args.case, copy.deepcopy(built.model)) for name in args.contenders}
     if args.compiled:
         torch._inductor.config.compile_threads = torch._inductor.config.decide_compile_threads()
         models = {name: torch.compile(compiled_.own_frame(m, name)) for name, m in models.items()}
@@ -102,13 +107,23 @@ def main():
                 print(f"  {e.self_cpu_time_total / 1e3 / args.steps:8.3f} ms  x{e.count / args.steps:<5.0f} {e.key[:110]}")
             host_profiles[name] = families(ops, lambda e: e.self_cpu_time_total, args.steps)
         del run
-    print("+++ fused - eager, by kernel family (Inductor's kernel numbers dropped), the largest differences:")
-    for key, ms, before, after in differences(profiles["eager"], profiles["fused"])[:args.top]:
-        print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
-    if host_profiles:
-        print("+++ fused - eager, host ops by own CPU time, the largest differences:")
-        for key, ms, before, after in differences(host_profiles["eager"], host_profiles["fused"])[:args.top]:
+    base, *others = args.contenders
+    for name in others:
+        print(f"+++ {name} - {base}, by kernel family (Inductor's kernel numbers dropped), the largest differences:")
+        for key, ms, before, after in differences(profiles[base], profiles[name])[:args.top]:
             print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
+        if host_profiles:
+            print(f"+++ {name} - {base}, host ops by own CPU time, the largest differences:")
+            for key, ms, before, after in differences(host_profiles[base], host_profiles[name])[:args.top]:
+                print(f"  {ms:+8.3f} ms  x{before:.0f} -> x{after:.0f}  {key[:110]}")
+
+
+def _mlp(case, model):
+    import torch_gemm_act
+    return torch_gemm_act.fuse_linear_act(model)
+
+
+CONTENDERS = {"eager": lambda case, model: model, "fused": whole.fuse, "mlp": _mlp, "head": whole.fuse_loss}
 
 
 def families(kernels, own_time, steps):
