@@ -52,6 +52,17 @@ GEMM_ACT_HD T logit(T z, T softcap) {
   return softcap > T(0) ? softcap * tanh_(z / softcap) : z;
 }
 
+// exp for the log-sum-exp's terms: on the GPU the hardware's base-2
+// exponential (a few ulp; the terms that carry the sum have l - m near 0).
+GEMM_ACT_HD float exp_sum_term(float x) {
+#if defined(__CUDA_ARCH__)
+  return __expf(x);
+#else
+  return expf(x);
+#endif
+}
+GEMM_ACT_HD double exp_sum_term(double x) { return ::exp(x); }
+
 // A running (max m, sum s of exp(l - m)) with kCount more logits l: one
 // exp per logit and one for the rescale. A NaN logit makes s NaN (and so
 // the log-sum-exp); a -inf logit adds nothing.
@@ -62,11 +73,19 @@ GEMM_ACT_HD void add(T& m, T& s, const T (&l)[kCount]) {
 #pragma unroll
 #endif
   for (int e = 0; e < kCount; ++e) mx = l[e] > mx ? l[e] : mx;
-  T sum = m == minus_inf<T>() ? T(0) : (m == mx ? s : s * exp_(m - mx));
+  if (mx == minus_inf<T>()) {  // every logit so far -inf, or NaN (which no comparison takes)
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int e = 0; e < kCount; ++e) sum += l[e] == minus_inf<T>() ? T(0) : exp_(l[e] - mx);
+    for (int e = 0; e < kCount; ++e) s = l[e] != l[e] ? l[e] : s;
+    return;
+  }
+  // m below mx: s rescaled (m = -inf: s is 0, or NaN, and stays so).
+  T sum = m == mx ? s : s * exp_sum_term(m - mx);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int e = 0; e < kCount; ++e) sum += exp_sum_term(l[e] - mx);
   m = mx;
   s = sum;
 }
@@ -75,8 +94,13 @@ GEMM_ACT_HD void add(T& m, T& s, const T (&l)[kCount]) {
 template <class T>
 GEMM_ACT_HD void merge(T& m, T& s, T m2, T s2) {
   const T mx = m2 > m ? m2 : m;
-  const T a = m == minus_inf<T>() ? T(0) : s * exp_(m - mx);
-  const T b = m2 == minus_inf<T>() ? T(0) : s2 * exp_(m2 - mx);
+  if (mx == minus_inf<T>()) {  // both empty: s and s2 are 0, or NaN
+    s += s2;
+    return;
+  }
+  // A pair below mx rescaled (m = -inf: its s is 0, or NaN, and stays so).
+  const T a = m == mx ? s : s * exp_sum_term(m - mx);
+  const T b = m2 == mx ? s2 : s2 * exp_sum_term(m2 - mx);
   m = mx;
   s = a + b;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "op_handles.h"
 
@@ -54,9 +55,12 @@ void check_gradient(const std::optional<at::Tensor>& grad, const at::Tensor& lik
                     " is written in place and must be contiguous on ", like.device());
 }
 
-// The chunks' logits live in one buffer, each chunk's rows 16 bytes apart at
-// least (an odd width, GPT-2's last chunk, otherwise runs cuBLAS's unaligned
-// kernels); one chunk is held at a time.
+// The chunks' logits live in one buffer, one chunk held at a time, each row
+// a whole number of 16-byte units wide. cuBLAS runs its unaligned kernels
+// where a GEMM's contiguous dimension is not such a number (GPT-2's last
+// chunk, 50,257 - 24 * 2048 columns), so a chunk that is not runs its GEMMs
+// over that padded width: its weight (and bias) rows with zero rows after,
+// its logits' padding columns zero and never read by the chunk passes.
 struct Chunks {
   at::Tensor buffer;
   int64_t tokens, vocab, chunk, per_16_bytes;
@@ -69,19 +73,29 @@ struct Chunks {
   int64_t padded(int64_t width) const { return (width + per_16_bytes - 1) / per_16_bytes * per_16_bytes; }
   int64_t width(int64_t v0) const { return std::min(chunk, vocab - v0); }
 
-  // The logits of columns [v0, v0 + width) in hidden's dtype, the bias added
-  // before their one rounding, as a GEMM whose C is the bias broadcast (on
-  // CUDA, F.linear's bias epilogue on a narrow chunk measured further from
-  // float64 than F.linear on the whole vocabulary).
-  at::Tensor logits(const at::Tensor& hidden, const at::Tensor& weight,
+  // Rows [v0, v0 + width) of t (weight or bias), zero rows after up to the padded width.
+  at::Tensor rows(const at::Tensor& t, int64_t v0) const {
+    const int64_t w = width(v0), pad = padded(w) - w;
+    const at::Tensor part = t.narrow(0, v0, w);
+    if (pad == 0) return part;
+    std::vector<int64_t> sides(2 * t.dim(), 0);
+    sides.back() = pad;  // the pairs run from the last dimension: the first's end
+    return at::constant_pad_nd(part, sides, 0);
+  }
+
+  // The logits of columns [v0, v0 + padded width) in hidden's dtype, the
+  // bias added before their one rounding, as a GEMM whose C is the bias
+  // broadcast (on CUDA, F.linear's bias epilogue on a narrow chunk measured
+  // further from float64 than F.linear on the whole vocabulary). The
+  // chunk's own columns are the first width(v0); `w_rows` is rows(weight, v0).
+  at::Tensor logits(const at::Tensor& hidden, const at::Tensor& w_rows,
                     const std::optional<at::Tensor>& bias, int64_t v0) {
-    const int64_t w = width(v0), ld = padded(w);
-    at::Tensor z = buffer.narrow(0, 0, tokens * ld).view({tokens, ld}).narrow(1, 0, w);
-    const at::Tensor wt = weight.narrow(0, v0, w).t();
+    const int64_t ld = w_rows.size(0);
+    at::Tensor z = buffer.narrow(0, 0, tokens * ld).view({tokens, ld});
     if (bias.has_value()) {
-      at::addmm_out(z, bias->narrow(0, v0, w).expand({tokens, w}), hidden, wt);
+      at::addmm_out(z, rows(*bias, v0).expand({tokens, ld}), hidden, w_rows.t());
     } else {
-      at::mm_out(z, hidden, wt);
+      at::mm_out(z, hidden, w_rows.t());
     }
     return z;
   }
@@ -95,8 +109,9 @@ void linear_ce_chunks_forward(const at::Tensor& hidden, const at::Tensor& weight
   check_operands(hidden, weight, bias, chunk, kForward);
   Chunks chunks(hidden, weight.size(0), chunk);
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
-    const at::Tensor z = chunks.logits(hidden, weight, bias, v0);
-    op::ce_chunk_forward().call(z, target, v0, softcap, lse, target_logit, logit_sum);
+    const at::Tensor z = chunks.logits(hidden, chunks.rows(weight, v0), bias, v0);
+    op::ce_chunk_forward().call(z.narrow(1, 0, chunks.width(v0)), target, v0, softcap, lse,
+                                target_logit, logit_sum);
   }
 }
 
@@ -129,15 +144,19 @@ void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weigh
   std::optional<at::Tensor> gh = grad_hidden;
   Chunks chunks(hidden, weight.size(0), chunk);
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
-    const at::Tensor z = chunks.logits(hidden, weight, bias, v0);
-    const int64_t w = z.size(1);
+    const at::Tensor w_rows = chunks.rows(weight, v0);
+    const at::Tensor padded = chunks.logits(hidden, w_rows, bias, v0);
+    const int64_t w = chunks.width(v0);
+    const at::Tensor z = padded.narrow(1, 0, w);
     op::ce_chunk_backward().call(z, target, lse, scale, v0, chunks.vocab, label_smoothing, softcap);
+    // The padding columns' gradient is zero (their logits are too, unless a row's are not finite).
+    if (w < padded.size(1)) padded.narrow(1, w, padded.size(1) - w).zero_();
     if (grad_bias.has_value()) grad_bias->narrow(0, v0, w).copy_(z.sum(0, false, acc));
     if (grad_weight.has_value()) {
       at::Tensor rows = grad_weight->narrow(0, v0, w);
       at::mm_out(rows, z.t(), hidden);
     }
-    if (gh.has_value()) add_product(*gh, z, weight.narrow(0, v0, w));
+    if (gh.has_value()) add_product(*gh, padded, w_rows);
   }
 }
 

@@ -237,6 +237,33 @@ def test_chunk_forward_against_float64(device, dtype, width, offset, softcap):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [7, 64, 2048])
+def test_chunk_forward_infinities_and_nan_as_logsumexp(device, dtype, width):
+    """-inf logits add nothing to a row's running log-sum-exp (a row all -inf
+    leaves it as it was); a NaN anywhere in the row makes it NaN, wherever
+    it falls among the lanes' columns."""
+    g = torch.Generator().manual_seed(width)
+    z = 3 * torch.randn(8, width, generator=g, dtype=torch.float64)
+    z[0] = -math.inf
+    z[1, ::3] = -math.inf
+    z[2] = -math.inf
+    z[2, width // 2] = math.nan
+    z[3, -1] = math.nan
+    z[4, : width // 2] = -math.inf
+    z[5] = -math.inf
+    z[5, -1] = 2.0
+    z[6, 0] = math.nan
+    running = torch.tensor([0.3, 0.3, 0.3, -math.inf, -math.inf, -math.inf, 1.0, -math.inf], dtype=torch.float64)
+    z = z.to(device, dtype)
+    lse = running.to(device, torch.float32, copy=True)
+    target = torch.full((8,), -100, device=device)
+    tga.ops.ce_chunk_forward(z, target, 0, 0.0, lse, torch.zeros(8, device=device), None)
+    expected = torch.logaddexp(running, torch.logsumexp(z.cpu().double(), dim=1))
+    torch.testing.assert_close(lse.cpu().double(), expected, rtol=2e-6, atol=2e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("width,offset", [(1, 0), (1, 2), (7, 1), (128, 0), (136, 3), (1000, 0), (2504, 0), (2501, 1)])
 @pytest.mark.parametrize("smoothing,softcap", [(0.0, 0.0), (0.1, 3.0)])

@@ -15,7 +15,7 @@
 //     until an Ampere-class GPU has measured it against eager.
 //  3. library (cuda/library): every GPU, dtype, stride and alignment:
 //     cuBLASLt's fused epilogue where it matches the call, else cuBLAS's
-//     GEMM and one epilogue pass. What every GPU but Hopper gets, and exact
+//     GEMM and one epilogue pass. What every arch but sm_90 gets, and exact
 //     fp32 and fp64 everywhere.
 //  4. simt (cuda/simt): any arch, dtype, strides and alignment; reached only
 //     through the testing switch while the library takes every case.
@@ -92,7 +92,7 @@ const CudaForwardBackend* backend_named(const std::string& name, const char* by)
 // or else the one tuned for the call's problem (tuned_choices.h). A forced or
 // tuned backend takes every case it can run, on any GPU it can run on; the
 // backends after it take the rest, as on a GPU where it comes first (sm80
-// forced on a Hopper GPU: the family on every fp16/bf16 case it can run, the
+// forced on sm_90: the family on every fp16/bf16 case it can run, the
 // library on the others).
 const CudaForwardBackend* first_backend(const std::optional<std::string>& tuned_choice = std::nullopt) {
   if (testing::active()) {

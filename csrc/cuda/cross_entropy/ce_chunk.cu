@@ -27,9 +27,10 @@ template <bool kBackward>
 constexpr int kInFlight = kBackward ? 1 : 4;
 
 // Each lane: kWidth consecutive columns at a time of its warp's row, up to
-// kInFlight<kBackward> such groups loaded at once.
+// kInFlight<kBackward> such groups loaded at once. Four blocks per SM at
+// least: the forward's groups in flight then fit in 64 registers (ptxas -v).
 template <class Element, int kWidth, bool kBackward>
-__global__ void ce_chunk_kernel(CeChunkParams p) {
+__global__ void __launch_bounds__(kWarps * 32, 4) ce_chunk_kernel(CeChunkParams p) {
   constexpr int kGroups = kInFlight<kBackward>;
   using Num = gpu::Numeric<Element>;
   using Acc = typename Num::Compute;
@@ -75,7 +76,12 @@ __global__ void ce_chunk_kernel(CeChunkParams p) {
         for (int e = 0; e < kWidth; ++e) {
           l[e] = ce::logit(Num::to_compute(g[u].v[e]), softcap);
           sum += l[e];
-          if (j + e == t) static_cast<Acc*>(p.target_logit)[row] = l[e];
+        }
+        if (t >= j && t < j + kWidth) {  // the target's group
+#pragma unroll
+          for (int e = 0; e < kWidth; ++e) {
+            if (j + e == t) static_cast<Acc*>(p.target_logit)[row] = l[e];
+          }
         }
         ce::add(m, s, l);
       }

@@ -128,9 +128,9 @@ Sm80Case classify(const GemmActArgs& args) {
   out.dtype = *dtype;
   out.device = args.a.get_device();
   const DeviceInfo& info = device_info(out.device);
-  // The family has been measured only forced on a Hopper GPU, where it runs
-  // below cuBLAS; until an Ampere-class GPU measures it against eager, the
-  // rule leaves those GPUs to the library (eager's own kernels) and the
+  // The family has been measured only forced on sm_90, where it runs below
+  // cuBLAS; until an sm_80 or sm_86 GPU measures it against eager, the rule
+  // leaves those GPUs to the library (eager's own kernels) and the
   // family runs only when forced (TORCH_GEMM_ACT_BACKEND=sm80) or where
   // torch_gemm_act.tune() measured it fastest, on any GPU from sm_80 on.
   if (info.major < 8 || !forced_here()) return out;
