@@ -150,6 +150,13 @@ def test_a_problem_is_timed_in_turns_and_the_table_restored(monkeypatch, dtype, 
     assert seen.count((None, "library")) == 2 * 2  # the rule's and eager's turns, each round
     assert all(choice in (None, *backends) and other == "library" for choice, other in seen)
     assert _C.tuned_choices() == {"other": "library"}
+    # Every candidate once a round, the rounds in different orders, the same on every run.
+    rounds = [seen[:len(seen) // 2], seen[len(seen) // 2:]]
+    assert all(sorted(map(str, r)) == sorted(map(str, rounds[0])) for r in rounds) and rounds[0] != rounds[1]
+    first = list(seen)
+    seen.clear()
+    tuning._time_problem(key, 2, torch.device("cpu"))
+    assert seen == first
 
 
 @pytest.mark.parametrize("key", [

@@ -18,6 +18,7 @@ problems, in any process, reads them instead of timing again.
 import hashlib
 import json
 import os
+import random
 import re
 import statistics
 import tempfile
@@ -91,10 +92,10 @@ def tune(model, *example_inputs, cache=None, rounds=5, **example_kwargs):
     grad it does not, and those are different problems. ``cache``: a JSON
     file (default: ``$TORCH_GEMM_ACT_TUNE_CACHE``, else
     ``~/.cache/torch_gemm_act/tuned.json``). ``rounds``: rounds of timing,
-    the candidates taking turns. The choices apply to every GPU of the
-    process: tune on the GPU (the current device) the model runs on. Not
-    during CUDA graph capture, nor with the testing switch forcing a
-    backend."""
+    the candidates taking turns in an order drawn per round. The choices
+    apply to every GPU of the process: tune on the GPU (the current device)
+    the model runs on. Not during CUDA graph capture, nor with the testing
+    switch forcing a backend."""
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"torch_gemm_act.tune: rounds must be a positive int, got {rounds!r}")
     forced = _C.testing_overrides()[0]
@@ -290,17 +291,19 @@ def _time_problem(key, rounds, device):
     candidates = _candidates(_parse(key))
     contenders = {RULE: None, **{name: name for name in candidates}}
     samples = {name: [] for name in (*contenders, "eager")}
+    others = {k: v for k, v in previous.items() if k != key}
     try:
         with torch.no_grad():
-            for _ in range(rounds):
-                for name, backend in contenders.items():
-                    choices = {k: v for k, v in previous.items() if k != key}
-                    if backend is not None:
-                        choices[key] = backend
-                    _C.set_tuned_choices(choices)
-                    samples[name] += _times_us(run)
-                _C.set_tuned_choices({k: v for k, v in previous.items() if k != key})
-                samples["eager"] += _times_us(eager)
+            for r in range(rounds):
+                # Each round in its own order (seeded by the problem and round:
+                # the same on every run), so that no contender always runs
+                # after the same one.
+                order = [*contenders, "eager"]
+                random.Random(f"{key}/{r}").shuffle(order)
+                for name in order:
+                    backend = contenders.get(name)
+                    _C.set_tuned_choices(others if backend is None else {**others, key: backend})
+                    samples[name] += _times_us(eager if name == "eager" else run)
     finally:
         _C.set_tuned_choices(previous)
     us = {name: statistics.median(times) for name, times in samples.items()}
