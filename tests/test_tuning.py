@@ -185,10 +185,16 @@ def test_the_candidates_are_the_backends_and_the_configurations_that_fit(key):
 
 
 def test_rule_tuned_keeps_only_a_clear_win():
-    margin = tga._policy.TUNE_MARGIN
-    assert tga._policy.tuned(100.0, 100.0 * (1 - margin) - 0.01)
-    assert not tga._policy.tuned(100.0, 100.0 * (1 - margin) + 0.01)
-    assert not tga._policy.tuned(100.0, 120.0)
+    """A clear win over the rule's choice; where that choice is clearly
+    slower than eager, any win."""
+    margin, tuned = tga._policy.TUNE_MARGIN, tga._policy.tuned
+    assert tuned(100.0, 100.0 * (1 - margin) - 0.01, 100.0)
+    assert not tuned(100.0, 100.0 * (1 - margin) + 0.01, 100.0)
+    assert not tuned(100.0, 120.0, 100.0)
+    slower_than_eager = 100.0 / (1 + margin) - 0.01
+    assert tuned(100.0, 99.0, slower_than_eager)
+    assert not tuned(100.0, 100.5, slower_than_eager)
+    assert not tuned(100.0, 99.0, 100.0 / (1 + margin) + 0.01)
 
 
 def test_tune_refuses_what_it_cannot_do(monkeypatch):

@@ -189,7 +189,10 @@ def ce_chunk(tokens, width, vocab, element_size):
     return min(vocab, max(128, columns // 128 * 128))
 
 
-def tuned(rule_us, backend_us):
+def tuned(rule_us, backend_us, eager_us):
     """Rule tuned: torch_gemm_act.tune() keeps a backend that took
-    backend_us where the rule's own choice took rule_us (medians)."""
-    return backend_us < (1 - TUNE_MARGIN) * rule_us
+    backend_us where the rule's own choice took rule_us and eager's ops
+    eager_us (medians): a clear win over the rule's choice, or any win
+    where that choice is clearly slower than eager."""
+    clearly_slower_than_eager = rule_us > (1 + TUNE_MARGIN) * eager_us
+    return backend_us < (1 - TUNE_MARGIN) * rule_us or (clearly_slower_than_eager and backend_us < rule_us)

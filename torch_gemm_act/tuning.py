@@ -9,7 +9,8 @@ CUDA backend of the build and every configuration of its tensor-core
 families that fits the problem, on fresh operands of that problem, beside
 the rule's own choice and beside eager's ops, and keeps a backend or
 configuration where it beat the rule's choice by more than the margin of
-rule ``tuned`` (_policy.tuned). The choices go into the dispatch rule for
+rule ``tuned``, or at all where that choice was slower than eager's ops by
+the margin (_policy.tuned). The choices go into the dispatch rule for
 the rest of the process and into the cache, keyed by the GPU, its driver,
 PyTorch and this build; a later ``tune`` of a model meeting the same
 problems, in any process, reads them instead of timing again.
@@ -308,7 +309,7 @@ def _time_problem(key, rounds, device):
         _C.set_tuned_choices(previous)
     us = {name: statistics.median(times) for name, times in samples.items()}
     best = min(candidates, key=us.__getitem__)
-    backend = best if _policy.tuned(us[RULE], us[best]) else RULE
+    backend = best if _policy.tuned(us[RULE], us[best], us["eager"]) else RULE
     return {"backend": backend, "us": us}
 
 
