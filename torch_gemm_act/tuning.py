@@ -293,14 +293,18 @@ def _time_problem(key, rounds, device):
     contenders = {RULE: None, **{name: name for name in candidates}}
     samples = {name: [] for name in (*contenders, "eager")}
     others = {k: v for k, v in previous.items() if k != key}
+    last = None
     try:
         with torch.no_grad():
             for r in range(rounds):
                 # Each round in its own order (seeded by the problem and round:
-                # the same on every run), so that no contender always runs
-                # after the same one.
+                # the same on every run, never the previous round's), so that
+                # no contender always runs after the same one.
                 order = [*contenders, "eager"]
                 random.Random(f"{key}/{r}").shuffle(order)
+                if order == last:
+                    order.reverse()
+                last = order
                 for name in order:
                     backend = contenders.get(name)
                     _C.set_tuned_choices(others if backend is None else {**others, key: backend})
