@@ -1,7 +1,10 @@
-// linear_ce_chunks_forward and _backward, one for every backend: the loop
+// linear_ce_chunks_forward and _backward (linear_ce_chunks.h): the loop
 // over the vocabulary's chunks of torch_gemm_act.linear_cross_entropy, in
 // C++ so that a chunk costs its launches and not a Python iteration's (the
-// step of a compiled model is issued by the host; see DESIGN.md).
+// step of a compiled model is issued by the host; see DESIGN.md). Registered
+// here for every backend without kernels of its own.
+#include "linear_ce_chunks.h"
+
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -10,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "checks.h"
 #include "op_handles.h"
 
 namespace gemm_act {
@@ -83,37 +87,62 @@ struct Chunks {
     return at::constant_pad_nd(part, sides, 0);
   }
 
-  // The logits of columns [v0, v0 + padded width) in hidden's dtype, the
-  // bias added before their one rounding, as a GEMM whose C is the bias
-  // broadcast (on CUDA, F.linear's bias epilogue on a narrow chunk measured
-  // further from float64 than F.linear on the whole vocabulary). The
-  // chunk's own columns are the first width(v0); `w_rows` is rows(weight, v0).
-  at::Tensor logits(const at::Tensor& hidden, const at::Tensor& w_rows,
-                    const std::optional<at::Tensor>& bias, int64_t v0) {
+  // The buffer as a chunk's logits [tokens, padded width].
+  at::Tensor view(const at::Tensor& w_rows) const {
     const int64_t ld = w_rows.size(0);
-    at::Tensor z = buffer.narrow(0, 0, tokens * ld).view({tokens, ld});
-    if (bias.has_value()) {
-      at::addmm_out(z, rows(*bias, v0).expand({tokens, ld}), hidden, w_rows.t());
+    return buffer.narrow(0, 0, tokens * ld).view({tokens, ld});
+  }
+
+  // The logits of columns [v0, v0 + padded width) in hidden's dtype into z,
+  // the bias added before their one rounding: the backend's kernel where it
+  // takes the chunk, else a GEMM whose C is the bias broadcast (on CUDA,
+  // F.linear's bias epilogue on a narrow chunk measured further from float64
+  // than F.linear on the whole vocabulary). The chunk's own columns are the
+  // first width(v0); `w_rows` and `bias_rows` are rows(weight / bias, v0).
+  void logits(const ChunkKernels* kernels, bool fits, const at::Tensor& hidden,
+              const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows, at::Tensor& z) const {
+    if (fits) {
+      poison_if_requested(z);
+      kernels->logits(hidden, w_rows, bias_rows, z);
+    } else if (bias_rows.has_value()) {
+      at::addmm_out(z, bias_rows->expand(z.sizes()), hidden, w_rows.t());
     } else {
       at::mm_out(z, hidden, w_rows.t());
     }
-    return z;
+  }
+
+  // Whether the backend's kernels take this chunk.
+  bool fits(const ChunkKernels* kernels, const at::Tensor& hidden, const at::Tensor& w_rows,
+            const std::optional<at::Tensor>& bias_rows, const at::Tensor& z) const {
+    return kernels != nullptr && kernels->fits(hidden, w_rows, bias_rows, z, vocab);
   }
 };
 
-void linear_ce_chunks_forward(const at::Tensor& hidden, const at::Tensor& weight,
-                              const std::optional<at::Tensor>& bias, const at::Tensor& target,
-                              int64_t chunk, double softcap, const at::Tensor& lse,
-                              const at::Tensor& target_logit,
-                              const std::optional<at::Tensor>& logit_sum) {
+std::optional<at::Tensor> bias_rows(const Chunks& chunks, const std::optional<at::Tensor>& bias, int64_t v0) {
+  if (!bias.has_value()) return std::nullopt;
+  return chunks.rows(*bias, v0);
+}
+
+}  // namespace
+
+void linear_ce_chunks_forward_with(const ChunkKernels* kernels, const at::Tensor& hidden,
+                                   const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                   const at::Tensor& target, int64_t chunk, double softcap,
+                                   const at::Tensor& lse, const at::Tensor& target_logit,
+                                   const std::optional<at::Tensor>& logit_sum) {
   check_operands(hidden, weight, bias, chunk, kForward);
   Chunks chunks(hidden, weight.size(0), chunk);
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
-    const at::Tensor z = chunks.logits(hidden, chunks.rows(weight, v0), bias, v0);
+    const at::Tensor w_rows = chunks.rows(weight, v0);
+    const std::optional<at::Tensor> b_rows = bias_rows(chunks, bias, v0);
+    at::Tensor z = chunks.view(w_rows);
+    chunks.logits(kernels, chunks.fits(kernels, hidden, w_rows, b_rows, z), hidden, w_rows, b_rows, z);
     op::ce_chunk_forward().call(z.narrow(1, 0, chunks.width(v0)), target, v0, softcap, lse,
                                 target_logit, logit_sum);
   }
 }
+
+namespace {
 
 // acc += a @ b, summed in acc's dtype (fp32 for fp16/bf16 a and b where the
 // GPU's GEMM writes it; on the CPU a @ b is rounded to a's dtype first).
@@ -127,30 +156,61 @@ void add_product(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b) {
   }
 }
 
-void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weight,
-                               const std::optional<at::Tensor>& bias, const at::Tensor& target,
-                               const at::Tensor& lse, const at::Tensor& scale, int64_t chunk,
-                               double label_smoothing, double softcap,
-                               const std::optional<at::Tensor>& grad_hidden,
-                               const std::optional<at::Tensor>& grad_weight,
-                               const std::optional<at::Tensor>& grad_bias) {
+}  // namespace
+
+void linear_ce_chunks_backward_with(const ChunkKernels* kernels, const at::Tensor& hidden,
+                                    const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                    const at::Tensor& target, const at::Tensor& lse,
+                                    const at::Tensor& scale, int64_t chunk, double label_smoothing,
+                                    double softcap, const std::optional<at::Tensor>& grad_hidden,
+                                    const std::optional<at::Tensor>& grad_weight,
+                                    const std::optional<at::Tensor>& grad_bias) {
   check_operands(hidden, weight, bias, chunk, kBackward);
   check_gradient(grad_hidden, hidden, false, kBackward, "grad_hidden");
   check_gradient(grad_weight, weight, true, kBackward, "grad_weight");
   TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kBackward,
                     ": grad_bias needs a bias");
   if (bias.has_value()) check_gradient(grad_bias, *bias, true, kBackward, "grad_bias");
+  for (const at::Tensor* t : {&lse, &scale, &target}) {
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == hidden.size(0) && t->device() == hidden.device(), kBackward,
+                      ": lse, scale and target must be [", hidden.size(0), "] on ", hidden.device(),
+                      ", got shape ", t->sizes(), " on ", t->device());
+  }
   const at::ScalarType acc = lse.scalar_type();
   std::optional<at::Tensor> gh = grad_hidden;
   Chunks chunks(hidden, weight.size(0), chunk);
+  // The per-row terms as the backend's gradient kernel reads them.
+  const at::Tensor target_c = target.contiguous(), lse_c = lse.contiguous(), scale_c = scale.contiguous();
+  const bool fp32_terms = lse_c.scalar_type() == at::kFloat && scale_c.scalar_type() == at::kFloat &&
+                          target_c.scalar_type() == at::kLong;
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
     const at::Tensor w_rows = chunks.rows(weight, v0);
-    const at::Tensor padded = chunks.logits(hidden, w_rows, bias, v0);
+    const std::optional<at::Tensor> b_rows = bias_rows(chunks, bias, v0);
+    at::Tensor padded = chunks.view(w_rows);
     const int64_t w = chunks.width(v0);
     const at::Tensor z = padded.narrow(1, 0, w);
-    op::ce_chunk_backward().call(z, target, lse, scale, v0, chunks.vocab, label_smoothing, softcap);
-    // The padding columns' gradient is zero (their logits are too, unless a row's are not finite).
-    if (w < padded.size(1)) padded.narrow(1, w, padded.size(1) - w).zero_();
+    // The forward asked the same of the same chunk: its logits came from the same kernels.
+    const bool fits = chunks.fits(kernels, hidden, w_rows, b_rows, padded);
+    TORCH_CHECK(!fits || fp32_terms, kBackward, ": lse and scale must be fp32 and target int64 here, got ",
+                lse_c.scalar_type(), ", ", scale_c.scalar_type(), " and ", target_c.scalar_type());
+    if (fits) {
+      CeGradTerms terms;
+      terms.lse = lse_c.const_data_ptr<float>();
+      terms.scale = scale_c.const_data_ptr<float>();
+      terms.target = target_c.const_data_ptr<int64_t>();
+      terms.v0 = v0;
+      terms.width = w;
+      terms.vocab = chunks.vocab;
+      terms.label_smoothing = label_smoothing;
+      terms.softcap = softcap;
+      poison_if_requested(padded);
+      kernels->grad(hidden, w_rows, b_rows, terms, padded);  // the padding columns 0
+    } else {
+      chunks.logits(kernels, false, hidden, w_rows, b_rows, padded);
+      op::ce_chunk_backward().call(z, target, lse, scale, v0, chunks.vocab, label_smoothing, softcap);
+      // The padding columns' gradient is zero (their logits are too, unless a row's are not finite).
+      if (w < padded.size(1)) padded.narrow(1, w, padded.size(1) - w).zero_();
+    }
     if (grad_bias.has_value()) grad_bias->narrow(0, v0, w).copy_(z.sum(0, false, acc));
     if (grad_weight.has_value()) {
       at::Tensor rows = grad_weight->narrow(0, v0, w);
@@ -160,10 +220,9 @@ void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weigh
   }
 }
 
-}  // namespace
 }  // namespace gemm_act
 
 TORCH_LIBRARY_IMPL(gemm_act, CompositeExplicitAutograd, m) {
-  m.impl("linear_ce_chunks_forward", &gemm_act::linear_ce_chunks_forward);
-  m.impl("linear_ce_chunks_backward", &gemm_act::linear_ce_chunks_backward);
+  m.impl("linear_ce_chunks_forward", &gemm_act::linear_ce_chunks_forward_impl<nullptr>);
+  m.impl("linear_ce_chunks_backward", &gemm_act::linear_ce_chunks_backward_impl<nullptr>);
 }

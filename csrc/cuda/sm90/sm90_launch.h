@@ -65,5 +65,11 @@ LaunchResult launch_dact_kernel(const LaunchArgs& la);
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_glu_kernel(const LaunchArgs& la);
 
+// One gemm_ce_grad kernel (a configuration row with op "gemm_ce_grad"): D =
+// the loss's gradient of the logits A @ B + bias[n] (params.ce). Defined in
+// sm90_ce_kernel.cuh; instantiated for GEMM_ACT_SM90_FOR_EACH_CE_GRAD_KERNEL.
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_ce_grad_kernel(const LaunchArgs& la);
+
 }  // namespace sm90
 }  // namespace gemm_act
