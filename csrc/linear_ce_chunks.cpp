@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -60,20 +61,22 @@ void check_gradient(const std::optional<at::Tensor>& grad, const at::Tensor& lik
 }
 
 // The chunks' logits live in one buffer, one chunk held at a time, each row
-// a whole number of 16-byte units wide. cuBLAS runs its unaligned kernels
-// where a GEMM's contiguous dimension is not such a number (GPT-2's last
-// chunk, 50,257 - 24 * 2048 columns), so a chunk that is not runs its GEMMs
-// over that padded width: its weight (and bias) rows with zero rows after,
-// its logits' padding columns zero and never read by the chunk passes.
+// a whole number of 16-byte units wide; it is made when a chunk first needs
+// it (the backend's kernels write no logits in the forward). cuBLAS runs
+// its unaligned kernels where a GEMM's contiguous dimension is not such a
+// number (GPT-2's last chunk, 50,257 - 24 * 2048 columns), so a chunk that
+// is not runs its GEMMs over that padded width: its weight (and bias) rows
+// with zero rows after, its logits' padding columns zero and never read by
+// the chunk passes.
 struct Chunks {
   at::Tensor buffer;
+  at::TensorOptions options;
   int64_t tokens, vocab, chunk, per_16_bytes;
 
   Chunks(const at::Tensor& hidden, int64_t vocab, int64_t chunk)
-      : tokens(hidden.size(0)), vocab(vocab), chunk(std::min(chunk, std::max<int64_t>(vocab, 1))),
-        per_16_bytes(std::max<int64_t>(1, 16 / hidden.element_size())) {
-    buffer = at::empty({tokens * padded(this->chunk)}, hidden.options());
-  }
+      : options(hidden.options()), tokens(hidden.size(0)), vocab(vocab),
+        chunk(std::min(chunk, std::max<int64_t>(vocab, 1))),
+        per_16_bytes(std::max<int64_t>(1, 16 / hidden.element_size())) {}
   int64_t padded(int64_t width) const { return (width + per_16_bytes - 1) / per_16_bytes * per_16_bytes; }
   int64_t width(int64_t v0) const { return std::min(chunk, vocab - v0); }
 
@@ -88,23 +91,21 @@ struct Chunks {
   }
 
   // The buffer as a chunk's logits [tokens, padded width].
-  at::Tensor view(const at::Tensor& w_rows) const {
+  at::Tensor view(const at::Tensor& w_rows) {
+    if (!buffer.defined()) buffer = at::empty({tokens * padded(chunk)}, options);
     const int64_t ld = w_rows.size(0);
     return buffer.narrow(0, 0, tokens * ld).view({tokens, ld});
   }
 
   // The logits of columns [v0, v0 + padded width) in hidden's dtype into z,
-  // the bias added before their one rounding: the backend's kernel where it
-  // takes the chunk, else a GEMM whose C is the bias broadcast (on CUDA,
-  // F.linear's bias epilogue on a narrow chunk measured further from float64
-  // than F.linear on the whole vocabulary). The chunk's own columns are the
-  // first width(v0); `w_rows` and `bias_rows` are rows(weight / bias, v0).
-  void logits(const ChunkKernels* kernels, bool fits, const at::Tensor& hidden,
-              const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows, at::Tensor& z) const {
-    if (fits) {
-      poison_if_requested(z);
-      kernels->logits(hidden, w_rows, bias_rows, z);
-    } else if (bias_rows.has_value()) {
+  // the bias added before their one rounding: a GEMM whose C is the bias
+  // broadcast (on CUDA, F.linear's bias epilogue on a narrow chunk measured
+  // further from float64 than F.linear on the whole vocabulary). The
+  // chunk's own columns are the first width(v0); `w_rows` and `bias_rows`
+  // are rows(weight / bias, v0).
+  static void logits(const at::Tensor& hidden, const at::Tensor& w_rows,
+                     const std::optional<at::Tensor>& bias_rows, at::Tensor& z) {
+    if (bias_rows.has_value()) {
       at::addmm_out(z, bias_rows->expand(z.sizes()), hidden, w_rows.t());
     } else {
       at::mm_out(z, hidden, w_rows.t());
@@ -113,10 +114,30 @@ struct Chunks {
 
   // Whether the backend's kernels take this chunk.
   bool fits(const ChunkKernels* kernels, const at::Tensor& hidden, const at::Tensor& w_rows,
-            const std::optional<at::Tensor>& bias_rows, const at::Tensor& z) const {
-    return kernels != nullptr && kernels->fits(hidden, w_rows, bias_rows, z, vocab);
+            const std::optional<at::Tensor>& bias_rows) const {
+    return kernels != nullptr && kernels->fits(hidden, w_rows, bias_rows, vocab);
   }
 };
+
+// Per-row tensors: [tokens] on hidden's device.
+void check_per_row(std::initializer_list<const at::Tensor*> tensors, const at::Tensor& hidden, const char* op,
+                   const char* names) {
+  for (const at::Tensor* t : tensors) {
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == hidden.size(0) && t->device() == hidden.device(), op, ": ",
+                      names, " must be [", hidden.size(0), "] on ", hidden.device(), ", got shape ", t->sizes(),
+                      " on ", t->device());
+  }
+}
+
+// The chunk's terms as the backend's kernels read them (fp32 per-row sums, an int64 target).
+void check_kernel_terms(std::initializer_list<const at::Tensor*> sums, const at::Tensor& target, const char* op) {
+  for (const at::Tensor* t : sums) {
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), op,
+                ": the per-row sums must be contiguous fp32 here, got ", t->scalar_type());
+  }
+  TORCH_CHECK(target.scalar_type() == at::kLong && target.is_contiguous(), op,
+              ": target must be contiguous int64 here, got ", target.scalar_type());
+}
 
 std::optional<at::Tensor> bias_rows(const Chunks& chunks, const std::optional<at::Tensor>& bias, int64_t v0) {
   if (!bias.has_value()) return std::nullopt;
@@ -131,12 +152,27 @@ void linear_ce_chunks_forward_with(const ChunkKernels* kernels, const at::Tensor
                                    const at::Tensor& lse, const at::Tensor& target_logit,
                                    const std::optional<at::Tensor>& logit_sum) {
   check_operands(hidden, weight, bias, chunk, kForward);
+  check_per_row({&lse, &target_logit, &target}, hidden, kForward, "lse, target_logit and target");
+  if (logit_sum.has_value()) check_per_row({&*logit_sum}, hidden, kForward, "logit_sum");
   Chunks chunks(hidden, weight.size(0), chunk);
+  at::Tensor lse_out = lse, target_logit_out = target_logit;
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
     const at::Tensor w_rows = chunks.rows(weight, v0);
     const std::optional<at::Tensor> b_rows = bias_rows(chunks, bias, v0);
+    if (chunks.fits(kernels, hidden, w_rows, b_rows)) {
+      check_kernel_terms({&lse, &target_logit}, target, kForward);
+      if (logit_sum.has_value()) check_kernel_terms({&*logit_sum}, target, kForward);
+      CeTerms terms;
+      terms.target = target.const_data_ptr<int64_t>();
+      terms.v0 = v0;
+      terms.width = chunks.width(v0);
+      terms.vocab = chunks.vocab;
+      terms.softcap = softcap;
+      kernels->lse(hidden, w_rows, b_rows, terms, lse_out, target_logit_out, logit_sum);
+      continue;
+    }
     at::Tensor z = chunks.view(w_rows);
-    chunks.logits(kernels, chunks.fits(kernels, hidden, w_rows, b_rows, z), hidden, w_rows, b_rows, z);
+    Chunks::logits(hidden, w_rows, b_rows, z);
     op::ce_chunk_forward().call(z.narrow(1, 0, chunks.width(v0)), target, v0, softcap, lse,
                                 target_logit, logit_sum);
   }
@@ -171,18 +207,12 @@ void linear_ce_chunks_backward_with(const ChunkKernels* kernels, const at::Tenso
   TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kBackward,
                     ": grad_bias needs a bias");
   if (bias.has_value()) check_gradient(grad_bias, *bias, true, kBackward, "grad_bias");
-  for (const at::Tensor* t : {&lse, &scale, &target}) {
-    TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == hidden.size(0) && t->device() == hidden.device(), kBackward,
-                      ": lse, scale and target must be [", hidden.size(0), "] on ", hidden.device(),
-                      ", got shape ", t->sizes(), " on ", t->device());
-  }
+  check_per_row({&lse, &scale, &target}, hidden, kBackward, "lse, scale and target");
   const at::ScalarType acc = lse.scalar_type();
   std::optional<at::Tensor> gh = grad_hidden;
   Chunks chunks(hidden, weight.size(0), chunk);
   // The per-row terms as the backend's gradient kernel reads them.
   const at::Tensor target_c = target.contiguous(), lse_c = lse.contiguous(), scale_c = scale.contiguous();
-  const bool fp32_terms = lse_c.scalar_type() == at::kFloat && scale_c.scalar_type() == at::kFloat &&
-                          target_c.scalar_type() == at::kLong;
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
     const at::Tensor w_rows = chunks.rows(weight, v0);
     const std::optional<at::Tensor> b_rows = bias_rows(chunks, bias, v0);
@@ -190,11 +220,9 @@ void linear_ce_chunks_backward_with(const ChunkKernels* kernels, const at::Tenso
     const int64_t w = chunks.width(v0);
     const at::Tensor z = padded.narrow(1, 0, w);
     // The forward asked the same of the same chunk: its logits came from the same kernels.
-    const bool fits = chunks.fits(kernels, hidden, w_rows, b_rows, padded);
-    TORCH_CHECK(!fits || fp32_terms, kBackward, ": lse and scale must be fp32 and target int64 here, got ",
-                lse_c.scalar_type(), ", ", scale_c.scalar_type(), " and ", target_c.scalar_type());
-    if (fits) {
-      CeGradTerms terms;
+    if (chunks.fits(kernels, hidden, w_rows, b_rows)) {
+      check_kernel_terms({&lse_c, &scale_c}, target_c, kBackward);
+      CeTerms terms;
       terms.lse = lse_c.const_data_ptr<float>();
       terms.scale = scale_c.const_data_ptr<float>();
       terms.target = target_c.const_data_ptr<int64_t>();
@@ -206,7 +234,7 @@ void linear_ce_chunks_backward_with(const ChunkKernels* kernels, const at::Tenso
       poison_if_requested(padded);
       kernels->grad(hidden, w_rows, b_rows, terms, padded);  // the padding columns 0
     } else {
-      chunks.logits(kernels, false, hidden, w_rows, b_rows, padded);
+      Chunks::logits(hidden, w_rows, b_rows, padded);
       op::ce_chunk_backward().call(z, target, lse, scale, v0, chunks.vocab, label_smoothing, softcap);
       // The padding columns' gradient is zero (their logits are too, unless a row's are not finite).
       if (w < padded.size(1)) padded.narrow(1, w, padded.size(1) - w).zero_();

@@ -1,10 +1,10 @@
 // linear_ce_chunks_forward and _backward (linear_ce_chunks.cpp), the loop over
 // the vocabulary's chunks of torch_gemm_act.linear_cross_entropy, with the
 // kernels a backend may bring for a chunk's GEMM: the CUDA registration's,
-// where the sm90 family takes the chunk, compute its logits in the forward
-// and their gradient in the backward's epilogue (no pass over the chunk);
-// elsewhere a chunk's logits are F.linear's GEMM and its passes the
-// ce_chunk operators.
+// where the sm90 family takes the chunk, fold its logits into the
+// log-sum-exp in the forward's epilogue and form their gradient in the
+// backward's (no logits written, no pass over the chunk); elsewhere a
+// chunk's logits are F.linear's GEMM and its passes the ce_chunk operators.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,17 +18,21 @@ namespace gemm_act {
 
 struct ChunkKernels {
   // Whether the two kernels below take this chunk (hidden [tokens, D], the
-  // chunk's weight rows [N, D] and bias rows [N], z [tokens, N]); asked
-  // alike in the forward and the backward, so a chunk's logits round alike.
+  // chunk's weight rows [N, D] and bias rows [N]); asked alike in the
+  // forward and the backward, so a chunk's logits round alike.
   bool (*fits)(const at::Tensor& hidden, const at::Tensor& w_rows,
-               const std::optional<at::Tensor>& bias_rows, const at::Tensor& z, int64_t vocab);
-  // z = hidden @ w_rows.T + bias_rows.
-  void (*logits)(const at::Tensor& hidden, const at::Tensor& w_rows,
-                 const std::optional<at::Tensor>& bias_rows, at::Tensor& z);
-  // z = the gradient of the loss at those logits (ce_chunk.h's grad; its
-  // columns past terms.width 0).
+               const std::optional<at::Tensor>& bias_rows, int64_t vocab);
+  // lse, target_logit and logit_sum (fp32 [tokens]) updated with the
+  // logits hidden @ w_rows.T + bias_rows of columns [terms.v0, terms.v0 +
+  // terms.width), as ce_chunk_forward updates them (terms: target, v0,
+  // width, softcap).
+  void (*lse)(const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
+              const CeTerms& terms, at::Tensor& lse, at::Tensor& target_logit,
+              const std::optional<at::Tensor>& logit_sum);
+  // z [tokens, N] = the gradient of the loss at those logits (ce_chunk.h's
+  // grad; its columns past terms.width 0).
   void (*grad)(const at::Tensor& hidden, const at::Tensor& w_rows,
-               const std::optional<at::Tensor>& bias_rows, const CeGradTerms& terms, at::Tensor& z);
+               const std::optional<at::Tensor>& bias_rows, const CeTerms& terms, at::Tensor& z);
 };
 
 // The operators' bodies; `kernels` may be null (none).

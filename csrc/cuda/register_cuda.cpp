@@ -244,13 +244,17 @@ constexpr auto ce_chunk_backward_checked = pass_checked<CeChunkParams, ce_chunk_
 
 #ifdef GEMM_ACT_WITH_SM90
 // linear_cross_entropy's chunks on the sm90 family where it takes them
-// (sm90::ce_chunk_fits): logits and, fused into their GEMM, gradient.
+// (sm90::ce_chunk_fits): the log-sum-exp and the gradient, each fused into
+// the GEMM of the chunk's logits.
 const ChunkKernels kSm90ChunkKernels{
     &sm90::ce_chunk_fits,
     [](const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-       at::Tensor& z) { sm90::ce_logits(hidden, w_rows, bias_rows, z, c10::cuda::getCurrentCUDAStream()); },
+       const CeTerms& terms, at::Tensor& lse, at::Tensor& target_logit, const std::optional<at::Tensor>& logit_sum) {
+      sm90::ce_lse(hidden, w_rows, bias_rows, terms, lse, target_logit, logit_sum,
+                   c10::cuda::getCurrentCUDAStream());
+    },
     [](const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-       const CeGradTerms& terms, at::Tensor& z) {
+       const CeTerms& terms, at::Tensor& z) {
       sm90::ce_grad(hidden, w_rows, bias_rows, terms, z, c10::cuda::getCurrentCUDAStream());
     }};
 #endif

@@ -112,7 +112,7 @@ struct GemmCeGradEpilogue {
   using Collective = typename Parts::template Collective<Callbacks>;
 
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
-    const CeGradTerms& ce = p.ce;
+    const CeTerms& ce = p.ce;
     const typename Forward::Preact::Arguments preact = Forward::preact_arguments(p);
     const CeGradArguments grad{static_cast<float>(ce.v0), static_cast<float>(ce.width),
                                static_cast<float>(ce.label_smoothing),

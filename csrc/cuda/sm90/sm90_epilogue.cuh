@@ -78,13 +78,15 @@ struct EpilogueParts {
              typename AuxDesc::SmemLayoutAtom, typename AuxDesc::CopyOpR2S, kAlignment>,
       Input>;
 
-  template <class Callbacks>
+  // ElementD void: no D at all (a tree that reduces instead; its root
+  // names an ElementAux for the collective's register fragments).
+  template <class Callbacks, class ElementD = Element>
   using Collective = typename WithStoreStages<
       typename cutlass::epilogue::collective::CollectiveBuilder<
           cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
           typename Config::ClusterShape, typename Config::EpilogueTile, float, ElementCompute,
-          void, LayoutD, kAlignment,     // no TMA source: C comes through GmemSourceFetch
-          Element, LayoutD, kAlignment,  // D = Y
+          void, LayoutD, kAlignment,      // no TMA source: C comes through GmemSourceFetch
+          ElementD, LayoutD, kAlignment,  // D = Y
           EpilogueSchedule, Callbacks>::CollectiveOp,
       Config::kStoreStages>::type;
 };

@@ -47,8 +47,9 @@ class Sm90Config:
     # What the kernel computes: "gemm_act" (the forward), "gemm_dact" (the
     # input gradient through the layer before's activation,
     # sm90_dact_kernel.cuh), "gemm_glu" (a gated MLP's projections and
-    # gate, sm90_glu_kernel.cuh) or "gemm_ce_grad" (the language-model
-    # loss's chunk gradient, sm90_ce_kernel.cuh).
+    # gate, sm90_glu_kernel.cuh), "gemm_ce_lse" (the language-model loss's
+    # chunk log-sum-exp, sm90_ce_lse_kernel.cuh) or "gemm_ce_grad" (its
+    # chunk gradient, sm90_ce_kernel.cuh).
     op: str = "gemm_act"
     # How the kernel is put together: KernelAssembly<assembly> in `header`.
     assembly: int = 0
@@ -96,12 +97,19 @@ CONFIGS = (
     Sm90Config("cooperative_128x256_c1x2_ce", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_ce_grad",
                header="cuda/sm90/sm90_ce_kernel.cuh"),
+    # gemm_ce_lse, the loss's chunk forward: the same tile and mainloop as
+    # the gradient's, so that both see each logit rounded alike; the logits
+    # are folded into per-row partial log-sum-exps and never written.
+    Sm90Config("cooperative_128x256_c1x2_lse", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (BF16_K, F16_K), stores_z=False, op="gemm_ce_lse",
+               header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
 )
 
 # op: (its KernelOp enumerator, launcher, X-macro listing its kernels).
 OPS = {"gemm_act": ("GemmAct", "launch_kernel", "GEMM_ACT_SM90_FOR_EACH_KERNEL"),
        "gemm_dact": ("GemmDact", "launch_dact_kernel", "GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL"),
        "gemm_glu": ("GemmGlu", "launch_glu_kernel", "GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL"),
+       "gemm_ce_lse": ("GemmCeLse", "launch_ce_lse_kernel", "GEMM_ACT_SM90_FOR_EACH_CE_LSE_KERNEL"),
        "gemm_ce_grad": ("GemmCeGrad", "launch_ce_grad_kernel", "GEMM_ACT_SM90_FOR_EACH_CE_GRAD_KERNEL")}
 
 GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not edit."

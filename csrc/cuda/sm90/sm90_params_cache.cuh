@@ -37,15 +37,15 @@ struct LaunchKey {
     return u;
   }
 
-  static_assert(sizeof(GemmActParams) == 7 * 8 + 9 * 8 + 3 * 8 + 2 * 4 + sizeof(CeGradTerms),
+  static_assert(sizeof(GemmActParams) == 7 * 8 + 9 * 8 + 3 * 8 + 2 * 4 + sizeof(CeTerms),
                 "a field added to GemmActParams belongs in the comparison below");
-  static_assert(sizeof(CeGradTerms) == 3 * 8 + 3 * 8 + 2 * 8,
-                "a field added to CeGradTerms belongs in the comparison below");
+  static_assert(sizeof(CeTerms) == 3 * 8 + 3 * 8 + 2 * 8,
+                "a field added to CeTerms belongs in the comparison below");
 
   bool operator==(const LaunchKey& o) const {
     const auto fields = [](const LaunchKey& k) {
       const GemmActParams& q = k.p;
-      const CeGradTerms& ce = q.ce;
+      const CeTerms& ce = q.ce;
       return std::make_tuple(q.y, q.z, q.a, q.b, q.c, q.bias, q.bias_up, q.m, q.n, q.k,
                              q.a_stride_m, q.a_stride_k, q.b_stride_k, q.b_stride_n, q.c_stride_m, q.c_stride_n,
                              bits(q.alpha), bits(q.beta), bits(q.negative_slope), q.activation,
