@@ -62,15 +62,50 @@ struct ChunkColumn : RegisterLeaf<ChunkColumnArguments> {
   }
 };
 
+// The loss's per-logit math in both chunk epilogues (this file's and
+// sm90_ce_lse_epilogue.cuh), as ce_chunk.h's but shaped for an epilogue:
+// no branch per element (a branch there makes each element its own block,
+// and the 128 a thread holds then run as one dependent chain), the
+// softcap's branch taken once per fragment, exponentials as the hardware's
+// base-2 one. Both kernels see a logit through `logits`, so the forward's
+// log-sum-exp and the backward's gradient agree on it.
+namespace ce_epilogue {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x (ex2.approx: about 2 ulp; exp's terms and gradients are rounded to fp16/bf16 or summed in fp32).
+CUTLASS_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Each preact rounded to Element (as the logits F.linear writes), then softcap's.
+template <class Element, int N>
+CUTLASS_DEVICE cutlass::Array<float, N> logits(cutlass::Array<float, N> const& z, float softcap, float inv_softcap) {
+  cutlass::Array<float, N> l;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < N; ++i) l[i] = static_cast<float>(Element(z[i]));
+  if (softcap > 0.0f) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) l[i] = softcap * tanhf(l[i] * inv_softcap);
+  }
+  return l;
+}
+
+}  // namespace ce_epilogue
+
 struct CeGradArguments {
   float v0 = 0.0f;      // the chunk's first vocabulary column
   float width = 0.0f;   // the chunk's columns; those past it are padding
-  float label_smoothing = 0.0f;
-  float inv_vocab = 0.0f;
+  float smoothing_term = 0.0f;  // label_smoothing / vocab, off every logit
+  float target_term = 1.0f;     // 1 - label_smoothing, off the target's
   float softcap = 0.0f;
+  float inv_softcap = 0.0f;
 };
 
-// dZ of one fragment: ce::grad on each logit z rounded to Element.
+// dZ of one fragment, ce::grad's: scale * (exp(l - lse) - smoothing / vocab
+// - (1 - smoothing) at the target), times softcap's derivative; 0 past the width.
 template <class Element>
 struct CeGradEpilogue {
   template <class T>
@@ -82,16 +117,25 @@ struct CeGradEpilogue {
         cutlass::Array<float, N> const& z, cutlass::Array<float, N> const& lse,
         cutlass::Array<float, N> const& scale, cutlass::Array<float, N> const& target,
         cutlass::Array<float, N> const& column, Arguments const& args) const {
-      cutlass::Array<float, N> out;
+      using namespace ce_epilogue;
+      const cutlass::Array<float, N> l = logits<Element>(z, args.softcap, args.inv_softcap);
+      cutlass::Array<float, N> g;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) {
-        const float l = ce::logit(static_cast<float>(Element(z[i])), args.softcap);
-        const bool is_target = args.v0 + column[i] == target[i];
-        out[i] = column[i] < args.width
-                     ? ce::grad(l, lse[i], scale[i], is_target, args.label_smoothing, args.inv_vocab, args.softcap)
-                     : 0.0f;
+        float gi = exp2_approx(fmaf(l[i], kLog2e, -lse[i] * kLog2e)) - args.smoothing_term;
+        gi = args.v0 + column[i] == target[i] ? gi - args.target_term : gi;
+        g[i] = gi * scale[i];
       }
-      return out;
+      if (args.softcap > 0.0f) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) {
+          const float t = l[i] * args.inv_softcap;
+          g[i] *= 1.0f - t * t;
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) g[i] = column[i] < args.width ? g[i] : 0.0f;
+      return g;
     }
   };
 };
@@ -114,10 +158,14 @@ struct GemmCeGradEpilogue {
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
     const CeTerms& ce = p.ce;
     const typename Forward::Preact::Arguments preact = Forward::preact_arguments(p);
-    const CeGradArguments grad{static_cast<float>(ce.v0), static_cast<float>(ce.width),
-                               static_cast<float>(ce.label_smoothing),
-                               1.0f / static_cast<float>(ce.vocab),  // as the chunk pass divides
-                               static_cast<float>(ce.softcap)};
+    const float smoothing = static_cast<float>(ce.label_smoothing);
+    const float softcap = static_cast<float>(ce.softcap);
+    const CeGradArguments grad{static_cast<float>(ce.v0),
+                               static_cast<float>(ce.width),
+                               smoothing * (1.0f / static_cast<float>(ce.vocab)),  // as the chunk pass divides
+                               1.0f - smoothing,
+                               softcap,
+                               softcap > 0.0f ? 1.0f / softcap : 0.0f};
     return {preact,
             {ce.lse, 0.0f, {}},
             {ce.scale, 0.0f, {}},

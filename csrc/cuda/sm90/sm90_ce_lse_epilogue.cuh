@@ -39,13 +39,16 @@ namespace detail {
 
 struct CeLseArguments {
   float* partials = nullptr;  // [4][n_tiles][rows], CeLsePartials
-  float v0 = 0.0f;            // the chunk's first vocabulary column
-  float width = 0.0f;         // the chunk's columns; those past it are padding
+  int v0 = 0;                 // the chunk's first vocabulary column
+  int width = 0;              // the chunk's columns; those past it are padding
   float softcap = 0.0f;
+  float inv_softcap = 0.0f;
 };
 
 // The tree's root: the row fold above. Its children give, per element, the
-// preact z, the row's target (as float) and the element's column.
+// preact z and the row's target; the columns come from the collective's
+// coordinates (static offsets from the thread's first element, whose column
+// is N less the residue: CUTLASS counts them so).
 template <class Element, class TileShape>
 struct CeLseReduce : RegisterLeaf<CeLseArguments> {
   using Base = RegisterLeaf<CeLseArguments>;
@@ -53,13 +56,14 @@ struct CeLseReduce : RegisterLeaf<CeLseArguments> {
   // The collective's register fragments (there is no D to take their type from).
   using ElementAux = float;
 
-  template <class RowTensor, class PartialsTensor, class LaneLayout, class LaneCoord>
+  template <class RowTensor, class PartialsTensor, class CoordTensor, class LaneLayout, class LaneCoord>
   struct ConsumerStoreCallbacks : fusion::EmptyConsumerStoreCallbacks {
     CUTLASS_DEVICE ConsumerStoreCallbacks(RowTensor rows, PartialsTensor out_, int64_t quantity_stride_,
-                                          LaneLayout lanes_, LaneCoord lane_, bool in_bounds_,
-                                          CeLseArguments const& args_)
+                                          CoordTensor tCcD_, int n0, LaneLayout lanes_, LaneCoord lane_,
+                                          bool in_bounds_, CeLseArguments const& args_)
         : max(rows), sum(rows), logit_sum(rows), target(rows), out(out_), quantity_stride(quantity_stride_),
-          lanes(lanes_), lane(lane_), in_bounds(in_bounds_), args(args_) {
+          tCcD(tCcD_), column0(args_.v0 + n0), width(args_.width - n0), lanes(lanes_), lane(lane_),
+          in_bounds(in_bounds_), args(args_) {
       fill(max, ce::minus_inf<float>());
       fill(sum, 0.0f);
       fill(logit_sum, 0.0f);
@@ -70,6 +74,9 @@ struct CeLseReduce : RegisterLeaf<CeLseArguments> {
     RowTensor max, sum, logit_sum, target;
     PartialsTensor out;       // quantity 0 of this tile's rows, laid out as the registers
     int64_t quantity_stride;  // from one quantity to the next
+    CoordTensor tCcD;         // (CPY,CPY_M,CPY_N,EPI_M,EPI_N) coordinates from the thread's first element
+    int column0;              // that element's vocabulary column
+    int width;                // the chunk's columns from that element on
     LaneLayout lanes;         // (lanes along M, lanes along N) -> lane
     LaneCoord lane;           // this lane's (m, n) in it
     bool in_bounds;           // the CTA tile is in the problem (a cluster's spare one is not)
@@ -77,66 +84,71 @@ struct CeLseReduce : RegisterLeaf<CeLseArguments> {
 
     // The logit of each element (-inf past the chunk's width), their sum and
     // the target's picked up here; the max and exponentials in reduce().
+    // No branch per element (see ce_epilogue).
     template <class ElementAccumulator, int N>
     CUTLASS_DEVICE cutlass::Array<float, N> visit(cutlass::Array<ElementAccumulator, N> const&, int epi_v,
                                                   int epi_m, int epi_n, cutlass::Array<float, N> const& z,
-                                                  cutlass::Array<float, N> const& row_target,
-                                                  cutlass::Array<float, N> const& column) {
+                                                  cutlass::Array<int, N> const& row_target) {
       Tensor logit_sum_mn = logit_sum(_, _, _, epi_m, epi_n);
       Tensor target_mn = target(_, _, _, epi_m, epi_n);
-      cutlass::Array<float, N> logits;
+      Tensor cD = tCcD(_, _, _, epi_m, epi_n);
+      cutlass::Array<float, N> l = ce_epilogue::logits<Element>(z, args.softcap, args.inv_softcap);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) {
-        const float l = ce::logit(static_cast<float>(Element(z[i])), args.softcap);
-        const bool in_chunk = column[i] < args.width;
-        logits[i] = in_chunk ? l : ce::minus_inf<float>();
-        if (in_chunk) {
-          logit_sum_mn(epi_v * N + i) += l;
-          if (args.v0 + column[i] == row_target[i]) target_mn(epi_v * N + i) = l;
-        }
+        const int e = epi_v * N + i;
+        const int c = get<1>(cD(e));  // static: the column less the thread's first
+        // A column past the width is padding or outside the problem; the
+        // target's column is never one of the chunk's padding columns, and
+        // the combine takes a target's logit only from the chunk that holds it.
+        float& t = target_mn(e);
+        t = c == row_target[i] - column0 ? l[i] : t;
+        l[i] = c < width ? l[i] : ce::minus_inf<float>();
+        logit_sum_mn(e) += c < width ? l[i] : 0.0f;
       }
-      return logits;
+      return l;
     }
 
-    // Each subtile's logits folded into its rows' (m, s) as ce::add folds
-    // them; after the last, the lanes of a row merged and the partials written.
+    // Each subtile's logits folded into its rows' (m, s), as ce::add folds
+    // them (a NaN logit makes s NaN, -inf ones add nothing); after the last,
+    // the lanes of a row merged and the partials written.
     template <class STensor, class SyncFn, class VTensor>
     CUTLASS_DEVICE void reduce(STensor&&, SyncFn const&, int epi_m, int epi_n, bool is_last_iteration,
                                VTensor visit_results) {
       using Fragment = typename cute::remove_cvref_t<VTensor>::value_type;
       constexpr int kFragment = static_cast<int>(Fragment::kElements);
+      using ce_epilogue::exp2_approx;
+      using ce_epilogue::kLog2e;
       Tensor max_mn = max(_, _, _, epi_m, epi_n);
       Tensor sum_mn = sum(_, _, _, epi_m, epi_n);
-      // The subtile's max per row, NaN ignored (no comparison takes it).
+      // The subtile's max per row (fmaxf passes NaN over).
       Tensor mx = make_tensor_like(max_mn);
       copy(max_mn, mx);
       CUTLASS_PRAGMA_UNROLL
       for (int v = 0; v < size(visit_results); ++v) {
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kFragment; ++i) {
-          const float l = visit_results(v)[i];
-          float& m = mx(v * kFragment + i);
-          m = l > m ? l : m;
-        }
+        for (int i = 0; i < kFragment; ++i) mx(v * kFragment + i) = fmaxf(mx(v * kFragment + i), visit_results(v)[i]);
       }
-      // Each row's sum rescaled to its new max, once (filter_zeros: a row's one register).
+      // Per row, once: the sum rescaled to the new max, and -max * log2(e)
+      // for the terms (0 where the max is -inf: the terms are then 0, or NaN).
+      Tensor offset = make_tensor_like(max_mn);
       Tensor mx_rows = filter_zeros(mx);
       Tensor max_rows = filter_zeros(max_mn);
       Tensor sum_rows = filter_zeros(sum_mn);
+      Tensor offset_rows = filter_zeros(offset);
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < size(mx_rows); ++r) {
         const float m = max_rows(r), m_new = mx_rows(r);
-        if (m_new != ce::minus_inf<float>() && m != m_new) sum_rows(r) *= ce::exp_sum_term(m - m_new);
+        const bool empty = m_new == ce::minus_inf<float>();
+        sum_rows(r) *= empty || m == m_new ? 1.0f : exp2_approx((m - m_new) * kLog2e);
         max_rows(r) = m_new;
+        offset_rows(r) = empty ? 0.0f : -m_new * kLog2e;
       }
-      // The terms exp(l - m); a row whose logits are all -inf so far adds 0 (NaN for a NaN).
       CUTLASS_PRAGMA_UNROLL
       for (int v = 0; v < size(visit_results); ++v) {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < kFragment; ++i) {
-          const float l = visit_results(v)[i];
-          const float m = max_mn(v * kFragment + i);
-          sum_mn(v * kFragment + i) += m == ce::minus_inf<float>() ? (l != l ? l : 0.0f) : ce::exp_sum_term(l - m);
+          const int e = v * kFragment + i;
+          sum_mn(e) += exp2_approx(fmaf(visit_results(v)[i], kLog2e, offset(e)));
         }
       }
       if (!is_last_iteration || !in_bounds) return;
@@ -204,8 +216,9 @@ struct CeLseReduce : RegisterLeaf<CeLseArguments> {
         args.thread_idx);  // (CPY,CPY_M,CPY_N,EPI_M,EPI_N)
     Tensor rows = make_tensor_like<float>(out);
     const bool in_bounds = elem_less(args.cD(_0{}, _0{}), args.residue_cD);
-    return ConsumerStoreCallbacks<decltype(rows), decltype(out), decltype(lanes), decltype(lane)>(
-        rows, out, parts.quantity_stride(), lanes, lane, in_bounds, *params_ptr);
+    const int n0 = static_cast<int>(N) - static_cast<int>(get<1>(args.residue_tCcD));
+    return ConsumerStoreCallbacks<decltype(rows), decltype(out), decltype(args.tCcD), decltype(lanes), decltype(lane)>(
+        rows, out, parts.quantity_stride(), args.tCcD, n0, lanes, lane, in_bounds, *params_ptr);
   }
 };
 
@@ -215,18 +228,17 @@ struct GemmCeLseEpilogue {
   using Forward = GemmActEpilogue<Config, Element, Activation::None>;
   using Parts = typename Forward::Parts;
   using TileShape = typename Config::TileShape;
-  // The row's target as float (exact: checked below 2^24 by the entry).
-  using Target = fusion::Sm90ColBroadcast<0, TileShape, int64_t, float, Stride<_1, _0, int64_t>, /*Alignment=*/1>;
-  using Callbacks = fusion::Sm90EVT<CeLseReduce<Element, TileShape>, typename Forward::Preact, Target, ChunkColumn>;
+  // The row's target as int (the entry checks the vocabulary is below 2^24).
+  using Target = fusion::Sm90ColBroadcast<0, TileShape, int64_t, int, Stride<_1, _0, int64_t>, /*Alignment=*/1>;
+  using Callbacks = fusion::Sm90EVT<CeLseReduce<Element, TileShape>, typename Forward::Preact, Target>;
   using Collective = typename Parts::template Collective<Callbacks, void>;
 
   static typename Callbacks::Arguments arguments(const GemmActParams& p) {
     const CeTerms& ce = p.ce;
     return {Forward::preact_arguments(p),
             {ce.target, int64_t(0), {}},
-            {},
-            {static_cast<float*>(p.y), static_cast<float>(ce.v0), static_cast<float>(ce.width),
-             static_cast<float>(ce.softcap)}};
+            {static_cast<float*>(p.y), static_cast<int>(ce.v0), static_cast<int>(ce.width),
+             static_cast<float>(ce.softcap), ce.softcap > 0.0 ? static_cast<float>(1.0 / ce.softcap) : 0.0f}};
   }
 };
 
