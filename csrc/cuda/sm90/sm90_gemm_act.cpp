@@ -510,12 +510,14 @@ void ce_lse(const at::Tensor& hidden, const at::Tensor& w_rows, const std::optio
             const std::optional<at::Tensor>& logit_sum, cudaStream_t stream) {
   std::optional<CeChunkCase> c = ce_chunk_case(hidden, w_rows, bias_rows);
   TORCH_CHECK(c.has_value(), "linear_cross_entropy: a chunk's log-sum-exp that ce_chunk_fits did not take");
-  const TileGeometry tile = tile_geometry(kCeLseConfig);
+  const std::optional<KernelConfig> forced = forced_config();  // EXPERIMENT
+  const KernelConfig config = forced && config_op(*forced) == KernelOp::GemmCeLse ? *forced : kCeLseConfig;
+  const TileGeometry tile = tile_geometry(config);
   const CeLsePartials shape{c->p.m, c->p.n, tile.tile_m, tile.tile_n};
   const at::Tensor partials = at::empty({shape.floats()}, hidden.options().dtype(at::kFloat));
   c->p.y = partials.mutable_data_ptr();
   c->p.ce = terms;
-  TORCH_CHECK(run_ce_chunk(*c, kCeLseConfig, "linear_cross_entropy", stream),
+  TORCH_CHECK(run_ce_chunk(*c, config, "linear_cross_entropy", stream),
               "linear_cross_entropy: the sm90 kernel declined a chunk's log-sum-exp that ce_chunk_fits took");
   combine_ce_lse_partials(partials.const_data_ptr<float>(), shape, terms, lse, target_logit, logit_sum, stream);
 }
@@ -530,7 +532,9 @@ void ce_grad(const at::Tensor& hidden, const at::Tensor& w_rows, const std::opti
               z.sizes(), " that is not [tokens, N] contiguous and 16-byte aligned");
   c->p.y = z.mutable_data_ptr();
   c->p.ce = terms;
-  TORCH_CHECK(run_ce_chunk(*c, kCeGradConfig, "linear_cross_entropy", stream),
+  const std::optional<KernelConfig> forced = forced_config();  // EXPERIMENT
+  const KernelConfig config = forced && config_op(*forced) == KernelOp::GemmCeGrad ? *forced : kCeGradConfig;
+  TORCH_CHECK(run_ce_chunk(*c, config, "linear_cross_entropy", stream),
               "linear_cross_entropy: the sm90 kernel declined a chunk's gradient that ce_chunk_fits took");
 }
 

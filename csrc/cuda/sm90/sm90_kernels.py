@@ -103,6 +103,16 @@ CONFIGS = (
     Sm90Config("cooperative_128x256_c1x2_lse", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_ce_lse",
                header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
+    # EXPERIMENT: a narrower subtile (fewer live registers) and ping-pong (the epilogue beside the other mainloop).
+    Sm90Config("cooperative_128x256_c1x2_e32_lse", "cooperative", (128, 256), (1, 2), (128, 32),
+               (BF16_K,), stores_z=False, op="gemm_ce_lse",
+               header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
+    Sm90Config("pingpong_128x128_c1x2_lse", "pingpong", (128, 128), (1, 2), (64, ROW),
+               (BF16_K,), stores_z=False, op="gemm_ce_lse",
+               header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
+    Sm90Config("pingpong_128x128_c1x2_ce", "pingpong", (128, 128), (1, 2), (64, ROW),
+               (BF16_K,), stores_z=False, op="gemm_ce_grad",
+               header="cuda/sm90/sm90_ce_kernel.cuh"),
 )
 
 # op: (its KernelOp enumerator, launcher, X-macro listing its kernels).
