@@ -53,21 +53,6 @@ enum class BiasKind : int {
 // Y[M, N] = act(alpha * A[M, K] @ B[K, N] + beta * C[M, N] + bias), and Z
 // (the pre-activation) too when `z` is non-null. Y and Z are contiguous
 // row-major with leading dimension N; A, B and C take any strides.
-// gemm_ce_lse's and gemm_ce_grad's kernels only (sm90_ce_lse_epilogue.cuh,
-// sm90_ce_epilogue.cuh): the language-model loss's terms for a chunk of
-// logits (ce_chunk.h), per row of A the target and, for the gradient, the
-// log-sum-exp and the incoming scale (fp32) ([M] each); the chunk's first
-// vocabulary column and its columns (N past them is padding: outside the
-// log-sum-exp, a gradient of 0), the vocabulary's size, smoothing and
-// softcap (0: none).
-struct CeTerms {
-  const float* lse = nullptr;
-  const float* scale = nullptr;
-  const int64_t* target = nullptr;
-  int64_t v0 = 0, width = 0, vocab = 0;
-  double label_smoothing = 0.0, softcap = 0.0;
-};
-
 struct GemmActParams {
   void* y = nullptr;
   void* z = nullptr;  // null: do not store Z
@@ -87,7 +72,6 @@ struct GemmActParams {
   double negative_slope = 0.01;
   Activation activation = Activation::None;
   BiasKind bias_kind = BiasKind::None;
-  CeTerms ce;
 };
 
 // dZ[M, N] = gY * act'(saved), where saved is Y or Z as

@@ -35,8 +35,8 @@ def cuda_backends():
 def kernels(family=None, op="gemm_act"):
     """The kernel configurations this build compiled: a tuple of dicts with
     family, name, dtype, b_layout, stores_z and op, from the families' tables.
-    ``op``: the operator they compute ("gemm_act", "gemm_dact", "gemm_glu",
-    "gemm_ce_lse", "gemm_ce_grad"; None: any)."""
+    ``op``: the operator they compute ("gemm_act", "gemm_dact", "gemm_glu";
+    None: any)."""
     rows = (dict(zip(("family", "name", "dtype", "b_layout", "stores_z", "op"), k)) for k in _C.kernels())
     return tuple(r for r in rows if (family is None or r["family"] == family) and
                  (op is None or r["op"] == op))

@@ -15,8 +15,6 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lm_head  # noqa: E402
 
-import torch_gemm_act  # noqa: E402
-
 
 def median_ms(fn, reps=20):
     for _ in range(3):
@@ -55,14 +53,7 @@ def main():
         built = lm_head.build(case, "cuda", False, compiled=False)
         h, w, t = built.hidden, built.weight, built.target
         print(f"=== {case}: hidden {tuple(h.shape)}, weight {tuple(w.shape)}")
-        fns = dict(built.fns)
-        if "sm90" in torch_gemm_act.testing.cuda_backends():
-            # The chunks as every other GPU runs them: cuBLAS's GEMM, then the passes.
-            def passes(run=built.fns["fused"]):
-                with torch_gemm_act.testing.override(cuda_backend="library"):
-                    return run()
-            fns["fused, chunk passes"] = passes
-        for name, fn in fns.items():
+        for name, fn in built.fns.items():
             print(f"{name}: {median_ms(fn):.3f} ms median")
         logits = F.linear(h, w)
         z = logits.detach().requires_grad_(True)
@@ -76,7 +67,7 @@ def main():
         for name, fn in parts.items():
             print(f"  {name}: {median_ms(fn):.3f} ms")
         del logits, z
-        for name, fn in fns.items():
+        for name, fn in built.fns.items():
             profile(name, fn, args.top)
         del built
         torch.cuda.empty_cache()

@@ -52,7 +52,6 @@
 #include "gated.h"
 #include "ce_chunk_ops.h"
 #include "glu_ops.h"
-#include "linear_ce_chunks.h"
 #ifdef GEMM_ACT_WITH_SM90
 #include "cuda/sm90/sm90_gemm_act.h"
 #endif
@@ -242,23 +241,6 @@ constexpr auto glu_backward_checked = pass_checked<GluParams, glu_backward_cuda>
 constexpr auto ce_chunk_forward_checked = pass_checked<CeChunkParams, ce_chunk_forward_cuda>;
 constexpr auto ce_chunk_backward_checked = pass_checked<CeChunkParams, ce_chunk_backward_cuda>;
 
-#ifdef GEMM_ACT_WITH_SM90
-// linear_cross_entropy's chunks on the sm90 family where it takes them
-// (sm90::ce_chunk_fits): the log-sum-exp and the gradient, each fused into
-// the GEMM of the chunk's logits.
-const ChunkKernels kSm90ChunkKernels{
-    &sm90::ce_chunk_fits,
-    [](const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-       const CeTerms& terms, at::Tensor& lse, at::Tensor& target_logit, const std::optional<at::Tensor>& logit_sum) {
-      sm90::ce_lse(hidden, w_rows, bias_rows, terms, lse, target_logit, logit_sum,
-                   c10::cuda::getCurrentCUDAStream());
-    },
-    [](const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-       const CeTerms& terms, at::Tensor& z) {
-      sm90::ce_grad(hidden, w_rows, bias_rows, terms, z, c10::cuda::getCurrentCUDAStream());
-    }};
-#endif
-
 }  // namespace
 
 std::vector<std::string> cuda_forward_backends() {
@@ -296,8 +278,4 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("ce_chunk_forward", &gemm_act::ce_chunk_forward_impl<gemm_act::ce_chunk_forward_checked>);
   m.impl("ce_chunk_backward",
          &gemm_act::ce_chunk_backward_impl<gemm_act::ce_chunk_backward_checked>);
-#ifdef GEMM_ACT_WITH_SM90
-  m.impl("linear_ce_chunks_forward", &gemm_act::linear_ce_chunks_forward_impl<&gemm_act::kSm90ChunkKernels>);
-  m.impl("linear_ce_chunks_backward", &gemm_act::linear_ce_chunks_backward_impl<&gemm_act::kSm90ChunkKernels>);
-#endif
 }

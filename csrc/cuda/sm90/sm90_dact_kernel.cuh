@@ -19,7 +19,12 @@ LaunchResult launch_dact_kernel(const LaunchArgs& la) {
   using Element = typename ElementOf<kDtype>::type;
   using Config = detail::CutlassConfig<ConfigSpec<kConfig>, Element>;
   using Epilogue = detail::GemmDactEpilogue<Config, Element, kAct>;
-  using Kernel = detail::GemmKernelWith<Config, Element, kB, Epilogue>;
+  using Mainloop = detail::GemmActMainloop<
+      Config, Element, kB, static_cast<int>(sizeof(typename Epilogue::Collective::SharedStorage))>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                      typename Mainloop::Collective,
+                                                      typename Epilogue::Collective,
+                                                      typename Config::TileScheduler>;
   auto args = detail::gemm_arguments<Kernel, kB, Element>(la, Epilogue::arguments(*la.params));
   args.epilogue.ptr_C = static_cast<const Element*>(la.params->c);  // saved, as the source
   args.epilogue.dC = typename Kernel::StrideC{la.params->c_stride_m, cute::_1{}, int64_t(0)};

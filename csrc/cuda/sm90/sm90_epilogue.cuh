@@ -78,15 +78,13 @@ struct EpilogueParts {
              typename AuxDesc::SmemLayoutAtom, typename AuxDesc::CopyOpR2S, kAlignment>,
       Input>;
 
-  // ElementD void: no D at all (a tree that reduces instead; its root
-  // names an ElementAux for the collective's register fragments).
-  template <class Callbacks, class ElementD = Element>
+  template <class Callbacks>
   using Collective = typename WithStoreStages<
       typename cutlass::epilogue::collective::CollectiveBuilder<
           cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
           typename Config::ClusterShape, typename Config::EpilogueTile, float, ElementCompute,
-          void, LayoutD, kAlignment,      // no TMA source: C comes through GmemSourceFetch
-          ElementD, LayoutD, kAlignment,  // D = Y
+          void, LayoutD, kAlignment,     // no TMA source: C comes through GmemSourceFetch
+          Element, LayoutD, kAlignment,  // D = Y
           EpilogueSchedule, Callbacks>::CollectiveOp,
       Config::kStoreStages>::type;
 };
@@ -114,23 +112,20 @@ struct GemmActEpilogue {
   using Collective = typename Parts::template Collective<Callbacks>;
 
   // The tree's arguments, nested like the tree: {child arguments..., node arguments}.
-  static typename Preact::Arguments preact_arguments(const GemmActParams& p) {
+  static typename Callbacks::Arguments arguments(const GemmActParams& p) {
     const BiasKind bias_kind = p.bias == nullptr ? BiasKind::None : p.bias_kind;
     const bool column_bias = bias_kind == BiasKind::PerColumn || bias_kind == BiasKind::Scalar;
     const bool row_bias = bias_kind == BiasKind::PerRow;
     const auto* bias = static_cast<const Element*>(p.bias);
     const PreactTerms<float> terms{static_cast<float>(p.alpha), static_cast<float>(p.beta),
                                    p.c != nullptr, column_bias, row_bias};
-    return {{},                                                                    // acc
-            {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},        // C
-            {column_bias ? bias : nullptr, Element(0),
-             {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},                 // bias[n] / bias[0]
-            {row_bias ? bias : nullptr, Element(0), {}},                           // bias[m]
-            terms};
-  }
-
-  static typename Callbacks::Arguments arguments(const GemmActParams& p) {
-    const typename Preact::Arguments preact = preact_arguments(p);
+    const typename Preact::Arguments preact{
+        {},                                                                        // acc
+        {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},            // C
+        {column_bias ? bias : nullptr, Element(0),
+         {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},                     // bias[n] / bias[0]
+        {row_bias ? bias : nullptr, Element(0), {}},                               // bias[m]
+        terms};
     const ActArguments act{static_cast<float>(p.negative_slope)};
     if constexpr (kStoresZ) {
       const typename Parts::AuxDesc::Stride stride_z{p.n, _1{}, int64_t(0)};

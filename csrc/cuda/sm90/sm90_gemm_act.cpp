@@ -21,7 +21,6 @@
 #include "activations.h"
 #include "checks.h"
 #include "cuda/library/cublaslt_epilogue.h"
-#include "cuda/sm90/sm90_ce_lse_combine.h"
 #include "cuda/sm90/sm90_column_sums.h"
 #include "cuda/sm90/sm90_heuristic.h"
 #include "cuda/sm90/sm90_launch.h"
@@ -107,15 +106,9 @@ LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation
 #define GEMM_ACT_SM90_GEMM_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_kernel)
 #define GEMM_ACT_SM90_DACT_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_dact_kernel)
 #define GEMM_ACT_SM90_GLU_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_glu_kernel)
-#define GEMM_ACT_SM90_CE_LSE_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_ce_lse_kernel)
-#define GEMM_ACT_SM90_CE_GRAD_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_ce_grad_kernel)
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_GEMM_CASE)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_DACT_CASE)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_GLU_CASE)
-  GEMM_ACT_SM90_FOR_EACH_CE_LSE_KERNEL(GEMM_ACT_SM90_CE_LSE_CASE)
-  GEMM_ACT_SM90_FOR_EACH_CE_GRAD_KERNEL(GEMM_ACT_SM90_CE_GRAD_CASE)
-#undef GEMM_ACT_SM90_CE_GRAD_CASE
-#undef GEMM_ACT_SM90_CE_LSE_CASE
 #undef GEMM_ACT_SM90_GLU_CASE
 #undef GEMM_ACT_SM90_DACT_CASE
 #undef GEMM_ACT_SM90_GEMM_CASE
@@ -415,129 +408,6 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   return outputs;
 }
 
-namespace {
-
-// The language-model loss's chunk GEMM as its kernels take it: hidden
-// [M, K] by the chunk's weight rows [N, K] (K-major B), bias [N] per column
-// or none; for the gradient, into z [M, N] contiguous (params.y; the
-// log-sum-exp's partials go there otherwise). Nothing where the sm90 family
-// cannot run it (or the testing switch forces another backend).
-struct CeChunkCase {
-  GemmActParams p;
-  Dtype dtype = Dtype::BF16;
-  int device = 0;
-};
-
-std::optional<CeChunkCase> ce_chunk_case(const at::Tensor& hidden, const at::Tensor& w_rows,
-                                         const std::optional<at::Tensor>& bias_rows) {
-  if (!hidden.is_cuda() || hidden.dim() != 2 || w_rows.dim() != 2) return std::nullopt;
-  if (testing::active()) {
-    const std::string forced = testing::overrides().cuda_backend;
-    if (!forced.empty() && forced != "sm90") return std::nullopt;
-  }
-  const std::optional<Dtype> dtype = sm90_dtype(hidden.scalar_type());
-  if (!dtype.has_value() || *dtype == Dtype::F32) return std::nullopt;
-  const int device = hidden.get_device();
-  if (!device_info(device).is_sm90) return std::nullopt;
-  const int64_t m = hidden.size(0), k = hidden.size(1), n = w_rows.size(0);
-  if (m <= 0 || k <= 0 || n <= 0 || w_rows.size(1) != k || w_rows.scalar_type() != hidden.scalar_type() ||
-      w_rows.get_device() != device) {
-    return std::nullopt;
-  }
-  CeChunkCase c;
-  c.dtype = *dtype;
-  c.device = device;
-  GemmActParams& p = c.p;
-  p.a = hidden.const_data_ptr();
-  p.b = w_rows.const_data_ptr();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a_stride_m = hidden.stride(0);
-  p.a_stride_k = hidden.stride(1);
-  p.b_stride_n = w_rows.stride(0);
-  p.b_stride_k = w_rows.stride(1);
-  p.activation = Activation::None;
-  if (bias_rows.has_value()) {
-    const at::Tensor& bias = *bias_rows;
-    if (bias.dim() != 1 || bias.size(0) != n || !bias.is_contiguous() || !aligned16(bias.const_data_ptr()) ||
-        bias.scalar_type() != hidden.scalar_type() || bias.get_device() != device) {
-      return std::nullopt;
-    }
-    p.bias = bias.const_data_ptr();
-    p.bias_kind = BiasKind::PerColumn;
-  }
-  const int64_t align = 16 / element_bytes(*dtype);
-  if (!a_fits_tma(p, align) || b_fits_tma(p, align, false) != BLayout::KMajor) {
-    return std::nullopt;
-  }
-  return c;
-}
-
-// The two kernels of the chunk GEMM, one tile shape and mainloop, so that
-// both round a logit alike: the forward's log-sum-exp, the backward's gradient.
-constexpr KernelConfig kCeLseConfig = KernelConfig::cooperative_128x256_c1x2_lse;
-constexpr KernelConfig kCeGradConfig = KernelConfig::cooperative_128x256_c1x2_ce;
-
-bool run_ce_chunk(CeChunkCase& c, KernelConfig config, const char* op, cudaStream_t stream) {
-  if (!is_compiled(config, c.dtype, BLayout::KMajor)) return false;
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(c.device));
-  Workspace workspace{at::TensorOptions().device(at::kCUDA, c.device).dtype(at::kByte), {}};
-  LaunchArgs la = launch_args(c.p, c.device, workspace, stream);
-  la.config = config;
-  order_tiles(c.p, c.dtype, la);
-  const LaunchResult result = launch(la.config, c.dtype, BLayout::KMajor, Activation::None, la);
-  if (result.status == LaunchStatus::kNotImplementable) return false;
-  TORCH_CHECK(result.status == LaunchStatus::kOk, op, ": the sm90 kernel '", config_name(la.config),
-              "' failed at ", result.what, ": ",
-              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
-  return true;
-}
-
-}  // namespace
-
-bool ce_chunk_fits(const at::Tensor& hidden, const at::Tensor& w_rows,
-                   const std::optional<at::Tensor>& bias_rows, int64_t vocab) {
-  // The target and the columns reach the epilogue as float: exact below 2^24.
-  if (vocab >= (int64_t{1} << 24)) return false;
-  const std::optional<CeChunkCase> c = ce_chunk_case(hidden, w_rows, bias_rows);
-  return c.has_value() && is_compiled(kCeLseConfig, c->dtype, BLayout::KMajor) &&
-         is_compiled(kCeGradConfig, c->dtype, BLayout::KMajor);
-}
-
-void ce_lse(const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-            const CeTerms& terms, at::Tensor& lse, at::Tensor& target_logit,
-            const std::optional<at::Tensor>& logit_sum, cudaStream_t stream) {
-  std::optional<CeChunkCase> c = ce_chunk_case(hidden, w_rows, bias_rows);
-  TORCH_CHECK(c.has_value(), "linear_cross_entropy: a chunk's log-sum-exp that ce_chunk_fits did not take");
-  const std::optional<KernelConfig> forced = forced_config();  // EXPERIMENT
-  const KernelConfig config = forced && config_op(*forced) == KernelOp::GemmCeLse ? *forced : kCeLseConfig;
-  const TileGeometry tile = tile_geometry(config);
-  const CeLsePartials shape{c->p.m, c->p.n, tile.tile_m, tile.tile_n};
-  const at::Tensor partials = at::empty({shape.floats()}, hidden.options().dtype(at::kFloat));
-  c->p.y = partials.mutable_data_ptr();
-  c->p.ce = terms;
-  TORCH_CHECK(run_ce_chunk(*c, config, "linear_cross_entropy", stream),
-              "linear_cross_entropy: the sm90 kernel declined a chunk's log-sum-exp that ce_chunk_fits took");
-  combine_ce_lse_partials(partials.const_data_ptr<float>(), shape, terms, lse, target_logit, logit_sum, stream);
-}
-
-void ce_grad(const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-             const CeTerms& terms, at::Tensor& z, cudaStream_t stream) {
-  std::optional<CeChunkCase> c = ce_chunk_case(hidden, w_rows, bias_rows);
-  TORCH_CHECK(c.has_value() && z.scalar_type() == hidden.scalar_type() && z.dim() == 2 &&
-                  z.size(0) == c->p.m && z.size(1) == c->p.n && z.is_contiguous() &&
-                  z.get_device() == c->device && aligned16(z.const_data_ptr()),
-              "linear_cross_entropy: a chunk's gradient that ce_chunk_fits did not take, or into a z of shape ",
-              z.sizes(), " that is not [tokens, N] contiguous and 16-byte aligned");
-  c->p.y = z.mutable_data_ptr();
-  c->p.ce = terms;
-  const std::optional<KernelConfig> forced = forced_config();  // EXPERIMENT
-  const KernelConfig config = forced && config_op(*forced) == KernelOp::GemmCeGrad ? *forced : kCeGradConfig;
-  TORCH_CHECK(run_ce_chunk(*c, config, "linear_cross_entropy", stream),
-              "linear_cross_entropy: the sm90 kernel declined a chunk's gradient that ce_chunk_fits took");
-}
-
 std::vector<KernelInfo> compiled_kernels() {
   std::vector<KernelInfo> out;
 #define GEMM_ACT_SM90_INFO(C, D, L)                                                        \
@@ -547,8 +417,6 @@ std::vector<KernelInfo> compiled_kernels() {
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_INFO)
-  GEMM_ACT_SM90_FOR_EACH_CE_LSE_KERNEL(GEMM_ACT_SM90_INFO)
-  GEMM_ACT_SM90_FOR_EACH_CE_GRAD_KERNEL(GEMM_ACT_SM90_INFO)
 #undef GEMM_ACT_SM90_INFO
   return out;
 }

@@ -47,23 +47,6 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,
     bool store_preact, Activation activation, double negative_slope, cudaStream_t stream);
 
-// The language-model loss's chunk GEMM (linear_ce_chunks.h): hidden [M, K]
-// by the chunk's weight rows [N, K], bias [N] or none. Whether the sm90
-// family takes it: fp16/bf16 on compute capability 9.0, what TMA can read
-// (N whole 16-byte units), a vocabulary below 2^24, no other backend
-// forced. Where it does, ce_lse folds the chunk's logits into lse,
-// target_logit and logit_sum (fp32 [M]; as ce_chunk_forward does, no
-// logits written) and ce_grad, in the backward, writes their gradient into
-// z [M, N] (terms' lse and scale; columns past terms.width 0): kernels of
-// one tile shape and mainloop, so that a logit rounds alike in both.
-bool ce_chunk_fits(const at::Tensor& hidden, const at::Tensor& w_rows,
-                   const std::optional<at::Tensor>& bias_rows, int64_t vocab);
-void ce_lse(const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-            const CeTerms& terms, at::Tensor& lse, at::Tensor& target_logit,
-            const std::optional<at::Tensor>& logit_sum, cudaStream_t stream);
-void ce_grad(const at::Tensor& hidden, const at::Tensor& w_rows, const std::optional<at::Tensor>& bias_rows,
-             const CeTerms& terms, at::Tensor& z, cudaStream_t stream);
-
 // The configuration try_gemm_act would run for `args`; nothing when it
 // would decline the case.
 std::optional<std::string> plan(const GemmActArgs& args);

@@ -23,7 +23,11 @@ struct GemmActKernel {
   using Element = typename ElementOf<kDtype>::type;
   using Config = CutlassConfig<ConfigSpec<kConfig>, Element>;
   using Epilogue = GemmActEpilogue<Config, Element, kAct>;
-  using Kernel = GemmKernelWith<Config, Element, kB, Epilogue>;
+  using Mainloop = GemmActMainloop<Config, Element, kB,
+                                   static_cast<int>(sizeof(typename Epilogue::Collective::SharedStorage))>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, typename Mainloop::Collective,
+                                                      typename Epilogue::Collective,
+                                                      typename Config::TileScheduler>;
 
   static LaunchResult run(const LaunchArgs& la) {
     if (!Config::kStoresZ && la.params->z != nullptr) {  // only where the configuration was forced

@@ -46,10 +46,8 @@ class Sm90Config:
     stores_z: bool = True
     # What the kernel computes: "gemm_act" (the forward), "gemm_dact" (the
     # input gradient through the layer before's activation,
-    # sm90_dact_kernel.cuh), "gemm_glu" (a gated MLP's projections and
-    # gate, sm90_glu_kernel.cuh), "gemm_ce_lse" (the language-model loss's
-    # chunk log-sum-exp, sm90_ce_lse_kernel.cuh) or "gemm_ce_grad" (its
-    # chunk gradient, sm90_ce_kernel.cuh).
+    # sm90_dact_kernel.cuh) or "gemm_glu" (a gated MLP's projections and
+    # gate, sm90_glu_kernel.cuh).
     op: str = "gemm_act"
     # How the kernel is put together: KernelAssembly<assembly> in `header`.
     assembly: int = 0
@@ -91,36 +89,12 @@ CONFIGS = (
     Sm90Config("cooperative_128x256_c1x2_glu", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_glu",
                header="cuda/sm90/sm90_glu_kernel.cuh"),
-    # gemm_ce_grad, the loss's chunk gradient: the forward's default tile,
-    # whose gemm_act kernel computes the chunk's logits in the forward, so
-    # that both round each logit alike; the weight's rows K-major.
-    Sm90Config("cooperative_128x256_c1x2_ce", "cooperative", (128, 256), (1, 2), (128, ROW),
-               (BF16_K, F16_K), stores_z=False, op="gemm_ce_grad",
-               header="cuda/sm90/sm90_ce_kernel.cuh"),
-    # gemm_ce_lse, the loss's chunk forward: the same tile and mainloop as
-    # the gradient's, so that both see each logit rounded alike; the logits
-    # are folded into per-row partial log-sum-exps and never written.
-    Sm90Config("cooperative_128x256_c1x2_lse", "cooperative", (128, 256), (1, 2), (128, ROW),
-               (BF16_K, F16_K), stores_z=False, op="gemm_ce_lse",
-               header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
-    # EXPERIMENT: a narrower subtile (fewer live registers) and ping-pong (the epilogue beside the other mainloop).
-    Sm90Config("cooperative_128x256_c1x2_e32_lse", "cooperative", (128, 256), (1, 2), (128, 32),
-               (BF16_K,), stores_z=False, op="gemm_ce_lse",
-               header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
-    Sm90Config("pingpong_128x128_c1x2_lse", "pingpong", (128, 128), (1, 2), (64, ROW),
-               (BF16_K,), stores_z=False, op="gemm_ce_lse",
-               header="cuda/sm90/sm90_ce_lse_kernel.cuh"),
-    Sm90Config("pingpong_128x128_c1x2_ce", "pingpong", (128, 128), (1, 2), (64, ROW),
-               (BF16_K,), stores_z=False, op="gemm_ce_grad",
-               header="cuda/sm90/sm90_ce_kernel.cuh"),
 )
 
 # op: (its KernelOp enumerator, launcher, X-macro listing its kernels).
 OPS = {"gemm_act": ("GemmAct", "launch_kernel", "GEMM_ACT_SM90_FOR_EACH_KERNEL"),
        "gemm_dact": ("GemmDact", "launch_dact_kernel", "GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL"),
-       "gemm_glu": ("GemmGlu", "launch_glu_kernel", "GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL"),
-       "gemm_ce_lse": ("GemmCeLse", "launch_ce_lse_kernel", "GEMM_ACT_SM90_FOR_EACH_CE_LSE_KERNEL"),
-       "gemm_ce_grad": ("GemmCeGrad", "launch_ce_grad_kernel", "GEMM_ACT_SM90_FOR_EACH_CE_GRAD_KERNEL")}
+       "gemm_glu": ("GemmGlu", "launch_glu_kernel", "GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL")}
 
 GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not edit."
 

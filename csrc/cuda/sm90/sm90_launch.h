@@ -65,19 +65,5 @@ LaunchResult launch_dact_kernel(const LaunchArgs& la);
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_glu_kernel(const LaunchArgs& la);
 
-// One gemm_ce_lse kernel (a configuration row with op "gemm_ce_lse"): the
-// loss's per-row partial log-sum-exps of the logits A @ B + bias[n]
-// (params.ce: target, v0, width, softcap) per tile of N, written to
-// params.y (sm90_ce_lse_epilogue.cuh says how); no D. Defined in
-// sm90_ce_lse_kernel.cuh; instantiated for GEMM_ACT_SM90_FOR_EACH_CE_LSE_KERNEL.
-template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
-LaunchResult launch_ce_lse_kernel(const LaunchArgs& la);
-
-// One gemm_ce_grad kernel (a configuration row with op "gemm_ce_grad"): D =
-// the loss's gradient of the logits A @ B + bias[n] (params.ce). Defined in
-// sm90_ce_kernel.cuh; instantiated for GEMM_ACT_SM90_FOR_EACH_CE_GRAD_KERNEL.
-template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
-LaunchResult launch_ce_grad_kernel(const LaunchArgs& la);
-
 }  // namespace sm90
 }  // namespace gemm_act

@@ -29,15 +29,6 @@ struct GemmActMainloop {
       typename Config::KernelSchedule>::CollectiveOp;
 };
 
-// The persistent kernel of this mainloop and an epilogue (a struct whose
-// Collective is its collective epilogue), its stages fitted beside it.
-template <class Config, class Element, BLayout kB, class Epilogue>
-using GemmKernelWith = cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>,
-    typename GemmActMainloop<Config, Element, kB,
-                             static_cast<int>(sizeof(typename Epilogue::Collective::SharedStorage))>::Collective,
-    typename Epilogue::Collective, typename Config::TileScheduler>;
-
 }  // namespace detail
 }  // namespace sm90
 }  // namespace gemm_act

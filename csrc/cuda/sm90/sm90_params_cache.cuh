@@ -37,21 +37,16 @@ struct LaunchKey {
     return u;
   }
 
-  static_assert(sizeof(GemmActParams) == 7 * 8 + 9 * 8 + 3 * 8 + 2 * 4 + sizeof(CeTerms),
+  static_assert(sizeof(GemmActParams) == 7 * 8 + 9 * 8 + 3 * 8 + 2 * 4,
                 "a field added to GemmActParams belongs in the comparison below");
-  static_assert(sizeof(CeTerms) == 3 * 8 + 3 * 8 + 2 * 8,
-                "a field added to CeTerms belongs in the comparison below");
 
   bool operator==(const LaunchKey& o) const {
     const auto fields = [](const LaunchKey& k) {
       const GemmActParams& q = k.p;
-      const CeTerms& ce = q.ce;
       return std::make_tuple(q.y, q.z, q.a, q.b, q.c, q.bias, q.bias_up, q.m, q.n, q.k,
                              q.a_stride_m, q.a_stride_k, q.b_stride_k, q.b_stride_n, q.c_stride_m, q.c_stride_n,
                              bits(q.alpha), bits(q.beta), bits(q.negative_slope), q.activation,
-                             q.bias_kind, ce.lse, ce.scale, ce.target, ce.v0, ce.width, ce.vocab,
-                             bits(ce.label_smoothing), bits(ce.softcap), k.device, k.sm_count,
-                             k.max_swizzle, k.raster);
+                             q.bias_kind, k.device, k.sm_count, k.max_swizzle, k.raster);
     };
     return fields(*this) == fields(o);
   }
