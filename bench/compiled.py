@@ -79,14 +79,14 @@ def contenders(eager, fused, compiled, control=False, peers=None, in_process=Tru
 
 @contextlib.contextmanager
 def first_call(name):
-    """Around a contender's first (compiling) call: the fusion pass on for
-    compile_fusion only, whose graphs are compiled afresh, not from
+    """Around a contender's first (compiling) call: the fusion pass on (the
+    LM loss's rewrite too) for compile_fusion only, whose graphs are compiled afresh, not from
     Inductor's caches (a cached graph would skip the pass, and its count)."""
     import torch
 
     import torch_gemm_act
 
-    torch_gemm_act.enable_compile_fusion(name == "compile_fusion")
+    torch_gemm_act.enable_compile_fusion(name == "compile_fusion", lm_loss=True)
     try:
         if name != "compile_fusion":
             yield

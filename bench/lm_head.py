@@ -3,7 +3,9 @@ cases: hidden [tokens, D] -> logits [tokens, V] -> cross-entropy, forward
 and backward (hidden's and the weight's gradients), bf16.
 
 Contenders: ``eager`` (F.linear + F.cross_entropy), ``compile`` (that,
-torch.compile'd), ``fused`` (torch_gemm_act.linear_cross_entropy), and the
+torch.compile'd), ``compile_fusion`` (that, compiled with
+enable_compile_fusion(lm_loss=True)), ``fused``
+(torch_gemm_act.linear_cross_entropy), and the
 peers where installed: ``cce`` (Apple's cut-cross-entropy) and ``liger``
 (Liger-Kernel's fused linear cross-entropy). ``peak_bytes`` is the peak
 allocated during loss + backward above what the inputs and the returned
@@ -63,8 +65,11 @@ def build(case, device, dry_run, compiled=True):
     def eager(h, w, t):
         return F.cross_entropy(F.linear(h, w), t)
     losses = {"eager": eager, "fused": torch_gemm_act.linear_cross_entropy}
+    def eager_for_the_pass(h, w, t):  # its own code object, compiled afresh with the pass on
+        return F.cross_entropy(F.linear(h, w), t)
     if compiled:
         losses["compile"] = torch.compile(eager)
+        losses["compile_fusion"] = torch.compile(eager_for_the_pass)
     peers, missing = _peers() if device == "cuda" else ({}, {"cce": "CUDA only", "liger": "CUDA only"})
     losses.update(peers)
 

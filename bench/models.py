@@ -209,6 +209,7 @@ def measure(case, mode, compiled, ctx):
                 row["compile_fusion_chained"] = fusion_pass.chained
                 row["compile_fusion_glu"] = fusion_pass.glu
                 row["compile_fusion_gated"] = fusion_pass.gated
+                row["compile_fusion_losses"] = fusion_pass.losses
     if args.tuned and device == "cuda" and "fused" in fns:
         fns["tuned"], row["tuned"] = _tuned(fns["fused"])
         outs["tuned"] = fns["tuned"]()

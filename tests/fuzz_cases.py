@@ -281,6 +281,21 @@ def draw_lm_loss(rng, device):
     return p
 
 
+def draw_compile_lm_loss(rng, device):
+    """enable_compile_fusion(lm_loss=True): a compiled loss over a Linear's
+    logits as models write it (F.cross_entropy of the logits, of their fp32
+    upcast, or nll_loss of their log_softmax; a softcap now and then), with
+    linear_cross_entropy's sizes and options."""
+    p = draw_linear_ce(rng, device)
+    p.update(amp=None, small_chunks=False)  # under autocast the pass leaves the loss (its own test)
+    p["form"] = rng.choice(("cross_entropy", "upcast", "nll"))
+    if p["form"] == "nll":
+        p.update(smoothing=0.0, softcap=None)
+    if p["form"] == "upcast" and p["dtype"] == "float64":
+        p["dtype"] = "float32"  # an fp32 upcast of float64 logits is a downcast, which the pass leaves
+    return p
+
+
 ROUTES = {
     "gemm_act": draw_gemm_act,
     "linear_act": lambda rng, dev: draw_linear(rng, dev, "linear_act"),
@@ -294,6 +309,7 @@ ROUTES = {
     "compile": draw_compile,
     "linear_cross_entropy": draw_linear_ce,
     "fuse_lm_loss": draw_lm_loss,
+    "compile_lm_loss": draw_compile_lm_loss,
 }
 
 

@@ -1,6 +1,6 @@
 """The fuzz's model routes (fuzz.py): MLPs fused by fuse_linear_act, the
-gated operators and modules, the compile-fusion pass, linear_cross_entropy
-and fuse_lm_loss."""
+gated operators and modules, the compile-fusion pass (its LM loss too),
+linear_cross_entropy and fuse_lm_loss."""
 
 import contextlib
 import copy
@@ -281,6 +281,17 @@ def _compile_model_layers(act, k, n, has_bias, form):
     return (nn.Linear(k, n) if form == "formula" else Conv1D(n, k)), NewGELUActivation()
 
 
+def _raise_recompile_limits():
+    """Dynamo's recompile limits raised for a pool of compiled functions (one
+    code object each): past its limit a function would run eagerly, untested."""
+    import torch._dynamo  # loaded by torch.compile, imported here before it
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), 1024))
+
+
 def build_compile(case, data):
     """The compile-fusion pass against compiled eager, both against float64."""
     p, dev = case.p, case.device
@@ -288,14 +299,8 @@ def build_compile(case, data):
     act, k, n, has_bias, form = COMPILE_MODELS[p["model"]]
     key = (p["model"], p["dtype"], p["train"], p["tf32"])
     if key not in _COMPILED:
-        # Every pool model is an nn.Sequential (one code object for Dynamo):
-        # past its recompile limit a model would run eagerly, untested.
-        import torch._dynamo  # loaded by torch.compile, imported here before it
-        config = torch._dynamo.config
-        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
-                     "accumulated_cache_size_limit"):
-            if hasattr(config, name):
-                setattr(config, name, max(getattr(config, name), 1024))
+        # Every pool model is an nn.Sequential (one code object for Dynamo).
+        _raise_recompile_limits()
         torch.manual_seed(p["model"])
         base = nn.Sequential(*_compile_model_layers(act, k, n, has_bias, form)).to(device=dev, dtype=dtype)
         # A formula's constants would be graph inputs with every size
@@ -352,12 +357,9 @@ def _chunks_of_128(tokens, width, vocab, element_size):
     return 128
 
 
-def build_linear_ce(case, data):
-    """linear_cross_entropy against F.linear + F.cross_entropy, both against float64."""
-    from unittest import mock
-
-    from torch_gemm_act import _policy
-
+def _head_inputs(case, data):
+    """({hidden, weight[, bias]}, target) of an LM-head case: the share of
+    ignored targets -100, the weight at 1/sqrt(k) where the case is scaled."""
     p, dev = case.p, case.device
     dtype, lead, k, vocab = _dtype(p), tuple(p["lead"]), p["k"], p["vocab"]
     wscale = 1.0 / math.sqrt(k) if p["scaled"] else 1.0
@@ -374,6 +376,18 @@ def build_linear_ce(case, data):
     if p["train"]:
         for t in inputs.values():
             t.requires_grad_(True)
+    return inputs, target
+
+
+def build_linear_ce(case, data):
+    """linear_cross_entropy against F.linear + F.cross_entropy, both against float64."""
+    from unittest import mock
+
+    from torch_gemm_act import _policy
+
+    p = case.p
+    lead, vocab = tuple(p["lead"]), p["vocab"]
+    inputs, target = _head_inputs(case, data)
     options = dict(reduction=p["reduction"], label_smoothing=p["smoothing"])
 
     def logits(h, w, b):
@@ -396,6 +410,76 @@ def build_linear_ce(case, data):
         z = logits(t64["hidden"], t64["weight"], t64.get("bias"))
         y = F.cross_entropy(z.reshape(-1, vocab), target.reshape(-1), **options)
         return (y.reshape(lead) if p["reduction"] == "none" else y,)
+
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,))
+
+
+_LOSS_COMPILED = {}
+
+
+def _lm_loss_formula(form, reduction, smoothing, softcap):
+    """The compile_lm_loss route's loss, as a model writes it."""
+    def loss(h, w, b, target):
+        z = F.linear(h, w, b)
+        if softcap:
+            z = torch.tanh(z / softcap) * softcap
+        if form == "upcast":
+            z = z.float()
+        z = z.view(-1, z.shape[-1])
+        if form == "nll":
+            return F.nll_loss(F.log_softmax(z, dim=-1), target.view(-1), reduction=reduction)
+        return F.cross_entropy(z, target.view(-1), reduction=reduction, label_smoothing=smoothing)
+    return loss
+
+
+def build_compile_lm_loss(case, data):
+    """The compile pass's LM loss (linear_cross_entropy) against the same loss
+    in eager mode, both against float64; every compilation fuses the loss."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    p = case.p
+    lead, vocab = tuple(p["lead"]), p["vocab"]
+    options = (p["form"], p["reduction"], p["smoothing"], p["softcap"])
+    key = options + (p["dtype"], p["train"], p["bias"], len(lead), p["tf32"])
+    if key not in _LOSS_COMPILED:
+        _raise_recompile_limits()
+        counter = CompileCounterWithBackend("inductor")
+        _LOSS_COMPILED[key] = (torch.compile(_lm_loss_formula(*options), backend=counter), counter)
+    compiled, counter = _LOSS_COMPILED[key]
+    formula = _lm_loss_formula(*options)
+    inputs, target = _head_inputs(case, data)
+
+    def shaped(y):
+        return y.view(lead) if p["reduction"] == "none" else y
+
+    def ours():
+        tga.enable_compile_fusion(True, lm_loss=True)
+        fusion = torch._inductor.config.pre_grad_custom_pass
+        losses, frames = fusion.losses, counter.frame_count
+        try:
+            # Uncached, so that each compilation runs the pass and counts what it
+            # fused; the options constants, as a model's config holds them (the
+            # pool's functions share one code object, whose floats Dynamo would
+            # otherwise make graph inputs, which the pass leaves).
+            with torch._inductor.config.patch(fx_graph_cache=False), \
+                    torch._functorch.config.patch(enable_autograd_cache=False), \
+                    torch._dynamo.config.patch(specialize_float=True):
+                y = compiled(inputs["hidden"], inputs["weight"], inputs.get("bias"), target)
+        finally:
+            tga.enable_compile_fusion(False)
+        assert fusion.losses - losses == counter.frame_count - frames, "a compilation left the loss to Inductor"
+        return (shaped(y),), None
+
+    def theirs():
+        return (shaped(formula(inputs["hidden"], inputs["weight"], inputs.get("bias"), target)),), None
+
+    def ref(t64, hint):
+        z = F.linear(t64["hidden"], t64["weight"], t64.get("bias"))
+        if p["softcap"]:
+            z = p["softcap"] * torch.tanh(z / p["softcap"])
+        y = F.cross_entropy(z.reshape(-1, vocab), target.reshape(-1), reduction=p["reduction"],
+                            label_smoothing=p["smoothing"])
+        return (shaped(y),)
 
     return Trial(inputs, ours, theirs, ref, _comp(p), (True,))
 
@@ -497,7 +581,8 @@ def _replace_everywhere(model, old, new):
 BUILDERS = {"gemm_act": build_gemm_act, "linear_act": build_linear, "linear_module": build_linear,
             "conv1d": build_linear, "fuse_mlp": build_mlp, "gemm_glu": build_glu, "gated_linear_act": build_glu,
             "gated_module": build_glu, "packed_glu": build_glu, "compile": build_compile,
-            "linear_cross_entropy": build_linear_ce, "fuse_lm_loss": build_lm_loss}
+            "linear_cross_entropy": build_linear_ce, "fuse_lm_loss": build_lm_loss,
+            "compile_lm_loss": build_compile_lm_loss}
 
 # --------------------------------------------------------------------------
 # Running and checking a trial

@@ -58,15 +58,17 @@ def test_whole_models_dry_run(tmp_path):
 
 
 def test_linear_ce_dry_run(tmp_path):
-    """The LM-head rows: training only, eager, compile and fused timed (the
-    peers CUDA only, named), each against the fp32 computation."""
+    """The LM-head rows: training only, eager, compile, the compile pass and
+    fused timed (the peers CUDA only, named), each against the fp32
+    computation; the pass replaced the loss."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "models.py"), "--cpu-dry-run",
                              "--dry-run-compile", "--rounds", "1", "--out", str(tmp_path), "--cases",
                              "linear_ce_gpt2"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     (out,) = [p for p in tmp_path.iterdir() if p.name.endswith("_models.json")]
     (row,) = json.loads(out.read_text())["rows"]
-    assert row["mode"] == "training" and set(row["ms"]) == {"eager", "compile", "fused"}, row
+    assert row["mode"] == "training" and set(row["ms"]) == {"eager", "compile", "compile_fusion", "fused"}, row
+    assert row["compile_fusion_losses"] == 1, row
     assert set(row["peers_missing"]) == {"cce", "liger"} and row["correct"], row
 
 

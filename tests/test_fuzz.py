@@ -18,7 +18,7 @@ SEED = 20261129
 # (rule compiles_as_eager): the compile route runs on the GPU only.
 CPU_CASES = {"gemm_act": 300, "linear_act": 40, "linear_module": 40, "conv1d": 25, "fuse_mlp": 40,
              "gemm_glu": 30, "gated_linear_act": 25, "gated_module": 25, "packed_glu": 25,
-             "linear_cross_entropy": 60, "fuse_lm_loss": 30}
+             "linear_cross_entropy": 60, "fuse_lm_loss": 30, "compile_lm_loss": 16}
 CUDA_CASES = 150
 
 

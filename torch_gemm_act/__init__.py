@@ -17,10 +17,11 @@ __all__ = ["ACTIVATIONS", "GATED", "explain", "gemm_act", "linear_act", "linear_
            "linear_cross_entropy", "LinearCrossEntropy", "fuse_lm_loss", "tune", "TuneReport"]
 
 
-def enable_compile_fusion(enabled=True):
+def enable_compile_fusion(enabled=True, *, lm_loss=False):
     """With ``enabled``, every later ``torch.compile`` (Inductor) runs this
     project's operator for the Linear -> activation pairs it captures, forward
-    and backward; ``False`` turns that off (torch_gemm_act.compile_fusion,
-    imported on first use: it loads Inductor)."""
+    and backward, and with ``lm_loss`` linear_cross_entropy for a Linear's
+    logits that only a cross-entropy uses; ``False`` turns that off
+    (torch_gemm_act.compile_fusion, imported on first use: it loads Inductor)."""
     from .compile_fusion import enable_compile_fusion as enable
-    enable(enabled)
+    enable(enabled, lm_loss=lm_loss)

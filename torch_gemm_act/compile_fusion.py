@@ -12,7 +12,9 @@ output feeds one Linear alone is chained to it, as fuse_linear_act chains
 modules (torch_gemm_act.chain). A gated MLP's ``act(F.linear(x, w_gate)) *
 F.linear(x, w_up)`` becomes one ``gemm_glu`` where the gated operator pays
 under compile (rule compiles_to_glu: in inference where its fused
-kernel runs); elsewhere it is left to Inductor whole.
+kernel runs); elsewhere it is left to Inductor whole. Asked for
+(``lm_loss=True``), a language model's loss over a Linear's logits becomes
+linear_cross_entropy (torch_gemm_act._compile_loss).
 """
 
 import operator
@@ -22,7 +24,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
-from . import _canonical, _match, _policy
+from . import _canonical, _compile_loss, _match, _policy
 from ._canonical import _value
 from .activations import IDENTITY, _from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
@@ -224,8 +226,10 @@ def _head(graph, out):
 
 
 class _FusionPass(CustomGraphPass):
-    def __init__(self, previous):
+    def __init__(self, previous, lm_loss=False):
         self.previous = previous  # a pass that was set before; it still runs, first
+        self.lm_loss = lm_loss    # whether LM losses become linear_cross_entropy
+        self.losses = 0           # LM losses fused so far
         self.fused = 0            # pairs fused so far, for the tests
         self.chained = 0          # of them, chained to the Linear after them
         self.glu = 0              # gated MLPs made one gemm_glu
@@ -235,6 +239,8 @@ class _FusionPass(CustomGraphPass):
     def __call__(self, graph):
         if self.previous is not None:
             self.previous(graph)
+        if self.lm_loss:
+            self.losses += _compile_loss.fuse_losses(graph)
         fused, glu, gated, chained, formulas = _fuse_graph(graph)
         self.formulas += formulas
         self.fused += fused
@@ -251,22 +257,29 @@ class _FusionPass(CustomGraphPass):
             if previous is None:
                 return None
         # The pass and the rules it applies, and the testing switch they read.
-        files = (__file__, _policy.__file__, _canonical.__file__, _match.__file__)
-        return (get_hash_for_files(files), _policy._operator_everywhere, previous)
+        files = (__file__, _policy.__file__, _canonical.__file__, _match.__file__, _compile_loss.__file__)
+        return (get_hash_for_files(files), _policy._operator_everywhere, self.lm_loss, previous)
 
 
-def enable_compile_fusion(enabled=True):
+def enable_compile_fusion(enabled=True, *, lm_loss=False):
     """With ``enabled``, every later ``torch.compile`` (Inductor) fuses the
     Linear -> activation pairs it captures into this project's operator;
-    ``False`` restores the pass that was there before. A pass already set as
-    Inductor's ``pre_grad_custom_pass`` keeps running, before this one.
-    A function or module compiled before the call keeps the code it was
-    compiled to (``torch.compiler.reset()`` compiles it again); Dynamo also
-    reuses a compilation for an identical copy of a model compiled before."""
+    ``False`` restores the pass that was there before. With ``lm_loss``, also
+    ``F.cross_entropy`` (or ``nll_loss(log_softmax)``) of a Linear's logits
+    that nothing else uses becomes linear_cross_entropy: the logits never
+    held whole, at the cost of a second pass of the head's GEMM (see the
+    README's numbers), so only where asked, as fuse_lm_loss is. A pass
+    already set as Inductor's ``pre_grad_custom_pass`` keeps running, before
+    this one. A function or module compiled before the call keeps the code
+    it was compiled to (``torch.compiler.reset()`` compiles it again);
+    Dynamo also reuses a compilation for an identical copy of a model
+    compiled before."""
     current = inductor_config.pre_grad_custom_pass
     if enabled:
-        if not isinstance(current, _FusionPass):
-            inductor_config.pre_grad_custom_pass = _FusionPass(current)
+        if isinstance(current, _FusionPass):
+            current.lm_loss = bool(lm_loss)
+        else:
+            inductor_config.pre_grad_custom_pass = _FusionPass(current, bool(lm_loss))
     elif isinstance(current, _FusionPass):
         inductor_config.pre_grad_custom_pass = current.previous
 
