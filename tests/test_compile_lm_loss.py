@@ -165,25 +165,34 @@ def test_only_where_asked(no_compile_caches):
         torch._dynamo.reset()
 
 
+def _per_token(h, w, b, t, softcap, upcast):
+    z = F.linear(h, w, b)
+    if softcap:
+        z = torch.tanh(z / 30.0) * 30.0
+    z = z.float() if upcast else z
+    return F.cross_entropy(z.view(-1, z.size(-1)), t.view(-1), reduction="none")
+
+
+def _rms(a, b):
+    return (a.double() - b.double()).pow(2).mean().sqrt().item()
+
+
 @requires_cuda
-@pytest.mark.parametrize("fn", [_upcast, _softcap])
-def test_a_bf16_head_is_as_close_to_float64_as_compiled_eager_cuda(loss_fusion, fn):
-    h, w, b, t = (x.cuda() if x is not None else None for x in _inputs(torch.bfloat16, 8, 512, 64, 1000))
+@pytest.mark.parametrize("softcap", [False, True])
+def test_a_bf16_head_is_as_close_to_float64_as_eager_cuda(loss_fusion, softcap):
+    """Each token's loss and each gradient element as far from float64 as
+    eager's, by root mean square over them (one element's error, or a sum's,
+    is one draw of a rounding: a bar it sets would be luck)."""
+    h, w, b, t = (x.cuda() for x in _inputs(torch.bfloat16, 8, 512, 64, 1000))
     h, w, b = (x.detach().requires_grad_() for x in (h, w, b))
-    fused = torch.compile(fn)
-    loss = fused(h, w, b, t)
+    loss = torch.compile(_per_token)(h, w, b, t, softcap, True)
     assert loss_fusion.losses == 1
-    tga.enable_compile_fusion(False)
-    compiled_eager = torch.compile(lambda *a: fn(*a))
-    theirs = compiled_eager(h, w, b, t)
+    theirs = _per_token(h, w, b, t, softcap, True)
     h64, w64, b64 = (x.detach().double().requires_grad_() for x in (h, w, b))
-    ref = fn(h64, w64, b64, t)
-    errors = []
-    for out in (loss, theirs):
-        grads = _grads(out, h, w, b)
-        errors.append([(out.double() - ref.double()).abs().max().item()] +
-                      [(g.double() - r).abs().max().item() / r.abs().max().item()
-                       for g, r in zip(grads, _grads(ref, h64, w64, b64))])
+    ref = _per_token(h64, w64, b64, t, softcap, False)
+    ref_grads = _grads(ref, h64, w64, b64)
+    errors = [[_rms(out, ref)] + [_rms(g, r) for g, r in zip(_grads(out, h, w, b), ref_grads)]
+              for out in (loss, theirs)]
     ours, eager = errors
     for got, bar in zip(ours, eager):
-        assert got <= 3 * bar + 1e-6, (ours, eager)
+        assert got <= 1.5 * bar, (ours, eager)
