@@ -103,6 +103,30 @@ def test_a_module_head_and_loss_across_batch_sizes_compile_once(loss_fusion):
     assert counter.frame_count == frames and loss_fusion.losses == 1
 
 
+def test_a_transformers_step_that_returns_the_loss_alone(loss_fusion):
+    """A compiled step over an unchanged GPT-2 that returns its loss, not its
+    logits: the head's Linear and ForCausalLMLoss are one graph's, fused."""
+    import transformers as t
+    torch.manual_seed(0)
+    model = t.GPT2LMHeadModel(t.GPT2Config(n_layer=1, n_embd=32, n_head=4, n_positions=32, vocab_size=301,
+                                           bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
+                                           attn_pdrop=0.0, attn_implementation="eager")).train()
+    # Unset, transformers 5.24 logs a warning choosing the loss, which breaks the graph there.
+    model.loss_type = "ForCausalLM"
+    ids = torch.randint(301, (2, 17))
+    labels = torch.where(torch.rand(ids.shape) < 0.2, -100, ids)
+
+    def step(ids, labels):
+        return model(input_ids=ids, labels=labels).loss
+    loss = torch.compile(step)(ids, labels)
+    assert loss_fusion.losses == 1
+    expected = step(ids, labels)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    params = [model.lm_head.weight, model.transformer.h[0].mlp.c_fc.weight]
+    for got, want in zip(_grads(loss, *params), _grads(expected, *params)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def _escapes(h, w, b, t):  # the logits are returned too: they must exist
     z = F.linear(h, w, b)
     return F.cross_entropy(z.view(-1, z.size(-1)), t.view(-1)), z
