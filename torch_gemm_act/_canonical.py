@@ -52,6 +52,11 @@ def _value(node):
     return node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
 
 
+def _arg(node, index, name, default):
+    """A call node's argument, given by position or by name."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
 def _nodes_in(args):
     found = []
     torch.fx.node.map_arg(args, found.append)

@@ -18,7 +18,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from ._canonical import _value
+from ._canonical import _arg, _value
 
 __all__ = []
 
@@ -26,10 +26,6 @@ _REDUCTIONS = ("none", "mean", "sum")
 _VIEWS = {"view", "reshape", "flatten", "contiguous"}
 _CASTS = {"float", "to", "type"}
 _UP_TO_FP32 = (torch.float16, torch.bfloat16)  # what a cast to fp32 holds exactly
-
-
-def _arg(node, index, name, default):
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
 
 
 def _constant(value):

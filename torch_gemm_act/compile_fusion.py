@@ -25,17 +25,13 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import _canonical, _compile_loss, _match, _policy
-from ._canonical import _value
+from ._canonical import _arg, _value
 from .activations import IDENTITY, _from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
     compiles_to_glu as _compiles_to_glu, needs_grad as _needs_grad
 from .functional import _stores_preact
 
 __all__ = ["enable_compile_fusion"]
-
-def _arg(node, index, name, default):
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
-
 
 def _activation_of(node):
     """(activation, negative_slope) of an activation call on one tensor, else
