@@ -14,7 +14,7 @@ own loss for a whole model) and compilation (eager mode, torch.compile), it
 times the eager and the fused model (harness.time_in_turns: the median of
 each one's calls, taken in turns call by call), the peers where one applies
 (whole.peers), and, compiled, the eager model compiled unchanged with
-torch_gemm_act.enable_compile_fusion() on (`compile_fusion`; a causal LM
+torch_gemm_act.enable_compile_fusion(lm_loss=True) on (`compile_fusion`; a causal LM
 with its loss fused too, whole.fuse_loss), and with --tuned the fused model
 under torch_gemm_act.tune's choices (`tuned`); records the
 peak memory of one step of each; and checks the outputs (and in training
