@@ -151,6 +151,11 @@ def _downcast(h, w, b, t):  # float64 logits made fp32 first: not the loss this 
     return F.cross_entropy(z.view(-1, z.size(-1)), t.view(-1))
 
 
+def _log_probs_capped(h, w, b, t):  # a softcap on log-probabilities, not on logits
+    z = F.log_softmax(F.linear(h, w, b), dim=-1)
+    return F.nll_loss((torch.tanh(z / 30.0) * 30.0).view(-1, z.size(-1)), t.view(-1))
+
+
 def _autocast(h, w, b, t):  # the Linear under autocast: its output is not in its inputs' dtype
     with torch.autocast("cpu", dtype=torch.bfloat16):
         z = F.linear(h, w, b)
@@ -159,7 +164,8 @@ def _autocast(h, w, b, t):  # the Linear under autocast: its output is not in it
 
 @pytest.mark.parametrize("fn,dtype", [(_escapes, torch.float64), (_weighted, torch.float64),
                                       (_probabilities, torch.float64), (_classes_second, torch.float64),
-                                      (_downcast, torch.float64), (_autocast, torch.float32)])
+                                      (_downcast, torch.float64), (_log_probs_capped, torch.float64),
+                                      (_autocast, torch.float32)])
 def test_left_to_inductor_where_it_is_not_that_loss(loss_fusion, fn, dtype):
     h, w, b, t = _inputs(dtype)
     out = torch.compile(fn, fullgraph=True)(h, w, b, t)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ._canonical import _arg, _value
+from .cross_entropy import _loss_and_lse
 
 __all__ = []
 
@@ -35,7 +36,6 @@ def _constant(value):
 def _lm_loss(hidden, weight, bias, target, ignore_index, reduction, label_smoothing, softcap, dtype):
     """What the rewritten graph calls: linear_cross_entropy on hidden's rows,
     the loss in the dtype the captured loss had."""
-    from .cross_entropy import _loss_and_lse
     with torch.autocast(hidden.device.type, enabled=False):
         loss, _ = _loss_and_lse(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias, ignore_index,
                                 reduction, label_smoothing, softcap)
@@ -123,7 +123,8 @@ def _linear_through(node, vocab, log_probs):
             return (node, softcap, passed) if log_softmax == log_probs else None
         if len(node.users) != 1:
             return None
-        found = _softcap_of(node) if softcap is None else None
+        # A softcap caps logits: where the loss takes log-probabilities, only before their log_softmax.
+        found = _softcap_of(node) if softcap is None and log_softmax == log_probs else None
         if found is not None:
             node, softcap, nodes = found
             passed += nodes
