@@ -83,17 +83,18 @@ struct Chunks {
     return at::constant_pad_nd(part, sides, 0);
   }
 
-  // The logits of columns [v0, v0 + padded width) in hidden's dtype, the
-  // bias added before their one rounding, as a GEMM whose C is the bias
-  // broadcast (on CUDA, F.linear's bias epilogue on a narrow chunk measured
-  // further from float64 than F.linear on the whole vocabulary). The
-  // chunk's own columns are the first width(v0); `w_rows` is rows(weight, v0).
+  // The logits of columns [v0, v0 + padded width) in hidden's dtype, as
+  // F.linear writes them: the bias a 1-D addmm operand, added before the one
+  // rounding (on CUDA cuBLASLt's bias epilogue; a 2-D broadcast C is copied
+  // in and rounded twice, and takes twice the time: docs/MEASUREMENTS.md,
+  // session 70). The chunk's own columns are the first width(v0); `w_rows`
+  // is rows(weight, v0).
   at::Tensor logits(const at::Tensor& hidden, const at::Tensor& w_rows,
                     const std::optional<at::Tensor>& bias, int64_t v0) {
     const int64_t ld = w_rows.size(0);
     at::Tensor z = buffer.narrow(0, 0, tokens * ld).view({tokens, ld});
     if (bias.has_value()) {
-      at::addmm_out(z, rows(*bias, v0).expand({tokens, ld}), hidden, w_rows.t());
+      at::addmm_out(z, rows(*bias, v0), hidden, w_rows.t());
     } else {
       at::mm_out(z, hidden, w_rows.t());
     }
