@@ -218,7 +218,8 @@ def test_bf16_with_a_bias_as_close_to_float64_as_eager_cuda(request, chunks):
     if chunks == "small":
         request.getfixturevalue("small_chunks")
     g = torch.Generator().manual_seed(70)
-    h, w, b = (torch.randn(*shape, generator=g).to("cuda", torch.bfloat16) for shape in ((4096, 64), (1000, 64), (1000,)))
+    h, w, b = (torch.randn(*shape, generator=g).to("cuda", torch.bfloat16)
+               for shape in ((4096, 64), (1000, 64), (1000,)))
     t = torch.randint(1000, (4096,), generator=g)
     t[::9] = -100
     ours, eager = _rms_from_float64(h, w, b, t.cuda())
