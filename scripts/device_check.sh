@@ -115,7 +115,8 @@ for name, (n, f, u) in sorted(total.items()):
 rm -r "$OUT/fuzz"
 grep -E '^fuzz [^s]|^commit' "$OUT/fuzz.log" | grep -v ' s)$'
 grep -qE '^fuzz .*, [1-9][0-9]* failed \(' "$OUT/fuzz.log" && status=1
-echo "FAIL lines: $(grep -c '^FAIL' "$OUT/fuzz.log"), UNCONFIRMED lines: $(grep -c '^UNCONFIRMED' "$OUT/fuzz.log")"
+echo "FAIL lines: $(grep -c '^FAIL' "$OUT/fuzz.log"), UNCONFIRMED lines: $(grep -c '^UNCONFIRMED' "$OUT/fuzz.log"), PRECISION lines: $(grep -c '^PRECISION' "$OUT/fuzz.log")"
+grep '^PRECISION' "$OUT/fuzz.log" | head -20
 fi
 
 if want sanitizer; then

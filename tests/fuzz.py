@@ -22,6 +22,10 @@ A case that fails is drawn again with fresh data REDRAWS times; the failure
 is confirmed (FAIL) when at least CONFIRM redraws fail too, and reported
 apart (UNCONFIRMED) otherwise.
 
+Over a run, the median of our error over PyTorch's per precision and output
+is reported where it is PRECISION_RATIO or more (a PRECISION line, not a
+failure): an extra rounding passes each case's bar and shows only there.
+
 Command line (each failure prints one line that replays it):
     python tests/fuzz.py --route gemm_act --backend rule sm90 --cases 10000
     python tests/fuzz.py --route linear_module --replay 123456789
@@ -50,10 +54,12 @@ from fuzz_check import (CONFIRM, REDRAWS, Failure, _backend_context, _fails, dra
                         run_case)
 
 
-def run(route, backend, cases, seed, log=print, time_limit=None, stop_after=None, determinism_every=4):
+def run(route, backend, cases, seed, log=print, time_limit=None, stop_after=None, determinism_every=4,
+        precision=None):
     """Runs `cases` cases of one route on one backend; returns (ran,
     failures, unconfirmed): the cases whose failure their redraws confirmed,
-    and those whose redraws did not."""
+    and those whose redraws did not. Each passing case's errors go to
+    `precision` (a Precision) where one is given."""
     device = "cpu" if backend == "cpu" else "cuda"
     rng = random.Random(f"{seed}:{route}:{backend}")
     failures, unconfirmed = [], []
@@ -68,8 +74,10 @@ def run(route, backend, cases, seed, log=print, time_limit=None, stop_after=None
             try:
                 if backend == "tuned":
                     draw_tuned_choices(case)
-                run_case(case, determinism=i % determinism_every == 0)
+                errors = run_case(case, determinism=i % determinism_every == 0)
                 what = None
+                if precision is not None:
+                    precision.add(case, errors)
             except Failure as f:
                 what = f"{f} :: {_explain(case)}"
             except Exception as e:  # noqa: BLE001 - an unexpected error is a failure too, with its replay line
@@ -137,13 +145,25 @@ def main(argv=None):
     for route in routes:
         for backend in backends:
             start = time.time()
+            precision = fuzz_check.Precision()
             ran, failures, unconfirmed = run(route, backend, args.cases, seed, log=lambda s: print(s, flush=True),
-                                             time_limit=args.time_limit)
+                                             time_limit=args.time_limit, precision=precision)
             name = route if backend == "rule" and route != "gemm_act" else f"{route}[{backend}]"
+            for (label, output), (ratio, n) in sorted(precision.medians(PRECISION_CASES).items()):
+                if ratio > PRECISION_RATIO:
+                    print(f"PRECISION fuzz {name} {label} {output}: our error {ratio:.2f} x PyTorch's, the median "
+                          f"of {n} passing cases", flush=True)
             print(f"fuzz {name}: {ran} cases, {len(failures)} failed, {len(unconfirmed)} unconfirmed "
                   f"({time.time() - start:.0f} s)", flush=True)
             total_failed += len(failures)
     return 1 if total_failed else 0
+
+
+# A run reports (without failing) each precision and output whose error is,
+# over at least PRECISION_CASES passing cases, a median PRECISION_RATIO x
+# PyTorch's or more (fuzz_check.Precision): a road that rounds once more than
+# PyTorch's passes each case's bar and shows only there.
+PRECISION_RATIO, PRECISION_CASES = 1.25, 30
 
 
 if __name__ == "__main__":

@@ -69,3 +69,43 @@ def test_fuzz_catches_a_wrong_result(monkeypatch):
     lines = []
     ran, failures, _ = fuzz.run("gemm_act", "cpu", 40, SEED, log=lines.append)
     assert len(failures) > 10, "\n".join(lines)
+
+
+def test_fuzz_precision_shows_a_rounding_each_case_lets_pass(monkeypatch):
+    # Two bf16 ulps of error on every output element (a random sign each)
+    # pass each case's bar (3 x PyTorch's error, or the dtype's floor) but
+    # not the run's median (fuzz_check.Precision); unchanged, the median is
+    # below PyTorch's (the epilogue rounds once).
+    import fuzz_check
+    import torch_gemm_act.ops as ops
+    real = ops.gemm_act
+
+    def run():
+        precision = fuzz_check.Precision()
+        ran, failures, unconfirmed = fuzz.run("gemm_act", "cpu", 300, SEED, log=lambda line: None,
+                                              precision=precision)
+        ratio, cases = precision.medians(fuzz.PRECISION_CASES)[("bfloat16", "out0")]
+        return failures, ratio
+
+    failures, ratio = run()
+    assert not failures and ratio < fuzz.PRECISION_RATIO, ratio
+
+    class Rounded:
+        def __call__(self, *args):
+            y, z = real(*args)
+            if y.dtype != torch.bfloat16:
+                return y, z
+            sign = torch.where(torch.rand(y.shape, generator=torch.Generator().manual_seed(0)) < 0.5, -1.0, 1.0)
+            return (y.float() * (1 + sign * 2.0 ** -7)).to(y.dtype), z
+
+    monkeypatch.setattr(ops, "gemm_act", Rounded(), raising=True)
+    failures, ratio = run()
+    assert not failures and ratio >= fuzz.PRECISION_RATIO, ratio
+
+
+@pytest.mark.parametrize("route,seed", [("linear_module", 48721486061494), ("conv1d", 202513794867969)])
+def test_fuzz_non_finite_outputs_as_float64s_pass(route, seed):
+    # A -inf weight into GELU: PyTorch's own fp32/bf16 GELU on an AVX-512 CPU
+    # gives NaN for +inf where float64's (and ours) give +inf; such an output
+    # passes where each element is as PyTorch's or as float64's.
+    assert fuzz.main(["--route", route, "--backend", "cpu", "--replay", str(seed)]) == 0
