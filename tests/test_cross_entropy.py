@@ -188,45 +188,6 @@ def test_several_chunks_cuda(dtype):
     _check(dtype, 33, 40, 1291, False, "sum", 0.0, 5.0, device="cuda")
 
 
-def _rms_from_float64(h, w, b, t):
-    """Root mean squares from float64 of each token's loss and each gradient
-    element (hidden, weight, bias): (ours, eager's F.linear + F.cross_entropy,
-    whose loss is in the logits' dtype as ours is)."""
-    leaves = [x.detach().requires_grad_() for x in (h, w, b)]
-    exact = [x.detach().double().requires_grad_() for x in (h, w, b)]
-
-    def grads(loss, xs):
-        return torch.autograd.grad(loss.sum(), xs)
-
-    ref = F.cross_entropy(F.linear(*exact), t, reduction="none")
-    ref_grads = grads(ref, exact)
-    eager = F.cross_entropy(F.linear(*leaves), t, reduction="none")
-    ours = tga.linear_cross_entropy(leaves[0], leaves[1], t, leaves[2], reduction="none")
-
-    def rms(a, r):
-        return (a.double() - r).pow(2).mean().sqrt().item()
-    return [[rms(out, ref)] + [rms(g, r) for g, r in zip(grads(out, leaves), ref_grads)] for out in (ours, eager)]
-
-
-@requires_cuda
-@pytest.mark.parametrize("chunks", ["rule", "small"])
-def test_bf16_with_a_bias_as_close_to_float64_as_eager_cuda(request, chunks):
-    """Unscaled bf16 logits (4096 x 64 -> 1000) with a bias: the loss and every
-    gradient as close to float64 as eager's, by root mean square (one
-    element's error is one draw). A chunk's logits took the bias as a
-    broadcast C, rounded twice: 1.4-3.4 x eager's (MEASUREMENTS, session 70)."""
-    if chunks == "small":
-        request.getfixturevalue("small_chunks")
-    g = torch.Generator().manual_seed(70)
-    h, w, b = (torch.randn(*shape, generator=g).to("cuda", torch.bfloat16)
-               for shape in ((4096, 64), (1000, 64), (1000,)))
-    t = torch.randint(1000, (4096,), generator=g)
-    t[::9] = -100
-    ours, eager = _rms_from_float64(h, w, b, t.cuda())
-    for name, got, bar in zip(("loss", "grad_hidden", "grad_weight", "grad_bias"), ours, eager):
-        assert got <= 1.2 * bar, f"{name}: RMS from float64 {got:.4g}, eager's {bar:.4g} (ours {ours}, eager {eager})"
-
-
 # The chunk operators alone: a chunk of logits [rows, width] at columns
 # [v0, v0 + width) of a vocabulary, against float64 torch ops.
 

@@ -6,9 +6,11 @@ import contextlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torch_gemm_act as tga
 from conftest import requires_cuda, skip_unless_built
+from torch_gemm_act import _policy
 
 
 def _rel_err(got, ref):
@@ -161,3 +163,43 @@ def test_simt_fp32_sums_a_long_k_as_accurately_as_cublas_cuda():
     with tga.testing.override(cuda_backend="simt"):
         ours = _rel_err(tga.gemm_act(a, b), ref)
     assert ours <= 3 * cublas, (ours, cublas)  # the fuzz's bar
+
+
+def _lm_loss_rms_from_float64(h, w, b, t):
+    """Root mean squares from float64 of each token's loss and each gradient
+    element (hidden, weight, bias): (linear_cross_entropy's, eager's F.linear
+    + F.cross_entropy, whose loss is in the logits' dtype as ours is)."""
+    leaves = [x.detach().requires_grad_() for x in (h, w, b)]
+    exact = [x.detach().double().requires_grad_() for x in (h, w, b)]
+
+    def grads(loss, xs):
+        return torch.autograd.grad(loss.sum(), xs)
+
+    ref = F.cross_entropy(F.linear(*exact), t, reduction="none")
+    ref_grads = grads(ref, exact)
+    eager = F.cross_entropy(F.linear(*leaves), t, reduction="none")
+    ours = tga.linear_cross_entropy(leaves[0], leaves[1], t, leaves[2], reduction="none")
+
+    def rms(a, r):
+        return (a.double() - r).pow(2).mean().sqrt().item()
+    return [[rms(out, ref)] + [rms(g, r) for g, r in zip(grads(out, leaves), ref_grads)] for out in (ours, eager)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("chunk", [None, 128])
+def test_lm_loss_chunk_adds_its_bias_before_rounding_cuda(monkeypatch, chunk):
+    # A chunk's logits took the bias as a broadcast 2-D C, which PyTorch
+    # copies in and cuBLAS adds after the product's rounding: bf16 logits
+    # rounded twice, the loss and gradients 1.4-3.4 x eager's error (by root
+    # mean square: one element's error is one draw). Unscaled bf16, 4096 x 64
+    # -> 1000, the rule's chunk and 128-column chunks.
+    if chunk is not None:
+        monkeypatch.setattr(_policy, "ce_chunk", lambda tokens, width, vocab, element_size: chunk)
+    g = torch.Generator().manual_seed(70)
+    h, w, b = (torch.randn(*shape, generator=g).to("cuda", torch.bfloat16)
+               for shape in ((4096, 64), (1000, 64), (1000,)))
+    t = torch.randint(1000, (4096,), generator=g)
+    t[::9] = -100
+    ours, eager = _lm_loss_rms_from_float64(h, w, b, t.cuda())
+    for name, got, bar in zip(("loss", "grad_hidden", "grad_weight", "grad_bias"), ours, eager):
+        assert got <= 1.2 * bar, f"{name}: RMS from float64 {got:.4g}, eager's {bar:.4g} (ours {ours}, eager {eager})"
