@@ -150,7 +150,7 @@ def main(argv=None):
                                              time_limit=args.time_limit, precision=precision)
             name = route if backend == "rule" and route != "gemm_act" else f"{route}[{backend}]"
             for (label, output), (ratio, n) in sorted(precision.medians(PRECISION_CASES).items()):
-                if ratio > PRECISION_RATIO:
+                if ratio >= PRECISION_RATIO:
                     print(f"PRECISION fuzz {name} {label} {output}: our error {ratio:.2f} x PyTorch's, the median "
                           f"of {n} passing cases", flush=True)
             print(f"fuzz {name}: {ran} cases, {len(failures)} failed, {len(unconfirmed)} unconfirmed "
