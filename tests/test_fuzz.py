@@ -73,9 +73,10 @@ def test_fuzz_catches_a_wrong_result(monkeypatch):
 
 def test_fuzz_precision_shows_a_rounding_each_case_lets_pass(monkeypatch):
     # A relative error of 2^-7 (one to two bf16 ulps) on every bf16 output
-    # element, a random sign each, passes each case's bar (3 x PyTorch's error, or the dtype's floor) but
-    # not the run's median (fuzz_check.Precision); unchanged, the median is
-    # below PyTorch's (the epilogue rounds once).
+    # element, a random sign each, passes each case's bar (3 x PyTorch's
+    # error, or the dtype's floor) but not the run's median
+    # (fuzz_check.Precision); unchanged, the median is below PyTorch's (the
+    # epilogue rounds once).
     import fuzz_check
     import torch_gemm_act.ops as ops
     real = ops.gemm_act
