@@ -190,9 +190,9 @@ def _lm_loss_rms_from_float64(h, w, b, t):
 def test_lm_loss_chunk_adds_its_bias_before_rounding_cuda(monkeypatch, chunk):
     # A chunk's logits took the bias as a broadcast 2-D C, which PyTorch
     # copies in and cuBLAS adds after the product's rounding: bf16 logits
-    # rounded twice, the loss and gradients 1.4-3.4 x eager's error (by root
-    # mean square: one element's error is one draw). Unscaled bf16, 4096 x 64
-    # -> 1000, the rule's chunk and 128-column chunks.
+    # rounded twice, the loss and gradients further from float64 than eager's
+    # (by root mean square: one element's error is one draw; the numbers in
+    # docs/MEASUREMENTS.md). Unscaled bf16, the rule's chunk and 128-column chunks.
     if chunk is not None:
         monkeypatch.setattr(_policy, "ce_chunk", lambda tokens, width, vocab, element_size: chunk)
     g = torch.Generator().manual_seed(70)
