@@ -10,50 +10,16 @@
 #include <optional>
 #include <vector>
 
+#include "linear_ce.h"
 #include "op_handles.h"
 
 namespace gemm_act {
 namespace {
 
+using namespace ce;
+
 constexpr const char* kForward = "linear_ce_chunks_forward";
 constexpr const char* kBackward = "linear_ce_chunks_backward";
-
-void check_operands(const at::Tensor& hidden, const at::Tensor& weight,
-                    const std::optional<at::Tensor>& bias, int64_t chunk, const char* op) {
-  TORCH_CHECK_VALUE(hidden.dim() == 2 && weight.dim() == 2, op,
-                    ": hidden [tokens, D] and weight [vocab, D] must be 2-D, got shapes ",
-                    hidden.sizes(), " and ", weight.sizes());
-  TORCH_CHECK_VALUE(hidden.size(1) == weight.size(1), op, ": hidden's width ", hidden.size(1),
-                    " must equal weight's ", weight.size(1));
-  TORCH_CHECK_TYPE(at::isFloatingType(hidden.scalar_type()) &&
-                       weight.scalar_type() == hidden.scalar_type(),
-                   op, ": hidden and weight must share one floating-point dtype, got ",
-                   hidden.scalar_type(), " and ", weight.scalar_type());
-  TORCH_CHECK_VALUE(weight.device() == hidden.device(), op, ": weight must be on hidden's device ",
-                    hidden.device(), ", got ", weight.device());
-  if (bias.has_value()) {
-    TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == weight.size(0), op, ": bias must be [",
-                      weight.size(0), "], got shape ", bias->sizes());
-    TORCH_CHECK_TYPE(bias->scalar_type() == hidden.scalar_type(), op, ": bias must be ",
-                     hidden.scalar_type(), ", got ", bias->scalar_type());
-    TORCH_CHECK_VALUE(bias->device() == hidden.device(), op, ": bias must be on hidden's device ",
-                      hidden.device(), ", got ", bias->device());
-  }
-  TORCH_CHECK_VALUE(chunk >= 1, op, ": chunk must be at least 1 column, got ", chunk);
-}
-
-void check_gradient(const std::optional<at::Tensor>& grad, const at::Tensor& like, bool same_dtype,
-                    const char* op, const char* name) {
-  if (!grad.has_value()) return;
-  TORCH_CHECK_VALUE(grad->sizes() == like.sizes(), op, ": ", name, " must have shape ",
-                    like.sizes(), ", got ", grad->sizes());
-  TORCH_CHECK_TYPE(!same_dtype || grad->scalar_type() == like.scalar_type(), op, ": ", name,
-                   " must be ", like.scalar_type(), ", got ", grad->scalar_type());
-  TORCH_CHECK_TYPE(at::isFloatingType(grad->scalar_type()), op, ": ", name,
-                   " must be floating-point, got ", grad->scalar_type());
-  TORCH_CHECK_VALUE(grad->device() == like.device() && grad->is_contiguous(), op, ": ", name,
-                    " is written in place and must be contiguous on ", like.device());
-}
 
 // The chunks' logits live in one buffer, one chunk held at a time, each row
 // a whole number of 16-byte units wide. cuBLAS runs its unaligned kernels
@@ -107,24 +73,13 @@ void linear_ce_chunks_forward(const at::Tensor& hidden, const at::Tensor& weight
                               int64_t chunk, double softcap, const at::Tensor& lse,
                               const at::Tensor& target_logit,
                               const std::optional<at::Tensor>& logit_sum) {
-  check_operands(hidden, weight, bias, chunk, kForward);
+  check_operands(hidden, weight, bias, kForward);
+  TORCH_CHECK_VALUE(chunk >= 1, kForward, ": chunk must be at least 1 column, got ", chunk);
   Chunks chunks(hidden, weight.size(0), chunk);
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
     const at::Tensor z = chunks.logits(hidden, chunks.rows(weight, v0), bias, v0);
     op::ce_chunk_forward().call(z.narrow(1, 0, chunks.width(v0)), target, v0, softcap, lse,
                                 target_logit, logit_sum);
-  }
-}
-
-// acc += a @ b, summed in acc's dtype (fp32 for fp16/bf16 a and b where the
-// GPU's GEMM writes it; on the CPU a @ b is rounded to a's dtype first).
-void add_product(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b) {
-  if (acc.scalar_type() == a.scalar_type()) {
-    acc.addmm_(a, b);
-  } else if (a.is_cuda()) {
-    at::addmm_out(acc, acc, a, b, acc.scalar_type());
-  } else {
-    acc.add_(at::mm(a, b));
   }
 }
 
@@ -135,14 +90,14 @@ void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weigh
                                const std::optional<at::Tensor>& grad_hidden,
                                const std::optional<at::Tensor>& grad_weight,
                                const std::optional<at::Tensor>& grad_bias) {
-  check_operands(hidden, weight, bias, chunk, kBackward);
+  check_operands(hidden, weight, bias, kBackward);
+  TORCH_CHECK_VALUE(chunk >= 1, kBackward, ": chunk must be at least 1 column, got ", chunk);
   check_gradient(grad_hidden, hidden, false, kBackward, "grad_hidden");
   check_gradient(grad_weight, weight, true, kBackward, "grad_weight");
   TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kBackward,
                     ": grad_bias needs a bias");
   if (bias.has_value()) check_gradient(grad_bias, *bias, true, kBackward, "grad_bias");
   const at::ScalarType acc = lse.scalar_type();
-  std::optional<at::Tensor> gh = grad_hidden;
   Chunks chunks(hidden, weight.size(0), chunk);
   for (int64_t v0 = 0; v0 < chunks.vocab; v0 += chunks.chunk) {
     const at::Tensor w_rows = chunks.rows(weight, v0);
@@ -157,7 +112,7 @@ void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weigh
       at::Tensor rows = grad_weight->narrow(0, v0, w);
       at::mm_out(rows, z.t(), hidden);
     }
-    if (gh.has_value()) add_product(*gh, padded, w_rows);
+    if (grad_hidden.has_value()) product_into(*grad_hidden, padded, w_rows, /*add=*/true);
   }
 }
 

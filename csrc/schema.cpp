@@ -94,6 +94,18 @@ TORCH_LIBRARY(gemm_act, m) {
       "linear_ce_chunks_backward(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, Tensor lse, "
       "Tensor scale, int chunk, float label_smoothing, float softcap, Tensor(a!)? grad_hidden, "
       "Tensor(b!)? grad_weight, Tensor(c!)? grad_bias) -> ()");
+  // The rows road: blocks of `rows` tokens, each over the whole vocabulary,
+  // one GEMM into one reused buffer. Each block is folded into lse,
+  // target_logit and logit_sum (which must start at -inf, 0, 0), turned into
+  // its gradient at once (ce_chunk_backward, with scale as the chunk
+  // backward's), and fed to hidden's rows of gradient (written) and to
+  // weight's and bias's (added): each gradient where given, summed in its
+  // dtype.
+  m.def(
+      "linear_ce_rows(Tensor hidden, Tensor weight, Tensor? bias, Tensor target, Tensor scale, "
+      "int rows, float label_smoothing, float softcap, Tensor(a!) lse, Tensor(b!) target_logit, "
+      "Tensor(c!)? logit_sum, Tensor(d!)? grad_hidden, Tensor(e!)? grad_weight, "
+      "Tensor(f!)? grad_bias) -> ()");
   // What gemm_act would run for these arguments (backend, kernel), computing
   // nothing: torch_gemm_act.explain.
   m.def(

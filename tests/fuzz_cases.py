@@ -246,8 +246,9 @@ COMPILE_MODELS = (("gelu", 64, 96, True, "module"), ("relu", 128, 40, True, "mod
 def draw_linear_ce(rng, device):
     """linear_cross_entropy: tokens (flat or [batch, sequence]), width,
     vocabulary (odd, chunk-sized, several chunks), bias, reduction, label
-    smoothing, softcap, the share of ignored targets, and now and then
-    chunks of 128 columns (many chunks at small sizes)."""
+    smoothing, softcap, the share of ignored targets, now and then chunks
+    of 128 columns (many chunks at small sizes), and the rows road's blocks
+    forced (one row to all of them) where the rule would take the chunks."""
     p = {}
     _common(rng, device, p)
     tokens = rng.choice((rng.randint(1, 300), 8 * rng.randint(1, 64)))
@@ -260,6 +261,7 @@ def draw_linear_ce(rng, device):
     p["softcap"] = rng.choice((None, None, 30.0, 5.0))
     p["ignored"] = rng.choice((0.0, 0.1, 0.5, 1.0))
     p["small_chunks"] = rng.random() < 0.5
+    p["rows"] = rng.choice((None, rng.randint(1, 40), 8 * rng.randint(1, 64), 1 << 20))
     return p
 
 
@@ -267,7 +269,8 @@ def draw_lm_loss(rng, device):
     """fuse_lm_loss on a tiny transformers model (GPT-2, Llama, BERT's
     masked LM): its training loss against the model's own forward. Tokens,
     width, vocabulary, the share of labelled tokens, num_items_in_batch
-    (the causal LMs), and now and then chunks of 128 columns."""
+    (the causal LMs), now and then chunks of 128 columns, or the rows road
+    forced."""
     p = {}
     _common(rng, device, p)
     p["train"] = True  # the routed call is the training loss; any other is the model's own
@@ -278,6 +281,7 @@ def draw_lm_loss(rng, device):
     p["labelled"] = rng.choice((0.15, 0.5, 1.0))
     p["num_items"] = p["family"] != "bert" and rng.random() < 0.3
     p["small_chunks"] = rng.random() < 0.5
+    p["rows"] = rng.choice((None, rng.randint(1, 40), 1 << 20))
     return p
 
 
@@ -288,6 +292,7 @@ def draw_compile_lm_loss(rng, device):
     linear_cross_entropy's sizes and options."""
     p = draw_linear_ce(rng, device)
     p.update(amp=None, small_chunks=False)  # under autocast the pass leaves the loss (its own test)
+    p["rows"] = rng.choice((None, 16, 1 << 20))  # few values: each compiles its own graph
     p["form"] = rng.choice(("cross_entropy", "upcast", "nll"))
     if p["form"] == "nll":
         p.update(smoothing=0.0, softcap=None)

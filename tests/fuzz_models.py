@@ -357,6 +357,20 @@ def _chunks_of_128(tokens, width, vocab, element_size):
     return 128
 
 
+_FORCED_ROWS = {}
+
+
+def _forced_rows(rows):
+    """Rule ce_rows answering `rows` (the rows road's block), one function
+    per value (a compiled graph guards on it); None: the rule's own answer."""
+    from unittest import mock
+
+    from torch_gemm_act import _policy
+    if rows is None:
+        return contextlib.nullcontext()
+    return mock.patch.object(_policy, "ce_rows", _FORCED_ROWS.setdefault(rows, lambda *args: rows))
+
+
 def _head_inputs(case, data):
     """({hidden, weight[, bias]}, target) of an LM-head case: the share of
     ignored targets -100, the weight at 1/sqrt(k) where the case is scaled."""
@@ -396,7 +410,7 @@ def build_linear_ce(case, data):
 
     def ours():
         chunks = mock.patch.object(_policy, "ce_chunk", _chunks_of_128) if p["small_chunks"] else contextlib.nullcontext()
-        with chunks:
+        with chunks, _forced_rows(p.get("rows")):
             y = tga.linear_cross_entropy(inputs["hidden"], inputs["weight"], target, inputs.get("bias"),
                                          softcap=p["softcap"], **options)
         return (y,), None
@@ -440,7 +454,7 @@ def build_compile_lm_loss(case, data):
     p = case.p
     lead, vocab = tuple(p["lead"]), p["vocab"]
     options = (p["form"], p["reduction"], p["smoothing"], p["softcap"])
-    key = options + (p["dtype"], p["train"], p["bias"], len(lead), p["tf32"])
+    key = options + (p["dtype"], p["train"], p["bias"], len(lead), p["tf32"], p.get("rows"))
     if key not in _LOSS_COMPILED:
         _raise_recompile_limits()
         counter = CompileCounterWithBackend("inductor")
@@ -463,7 +477,7 @@ def build_compile_lm_loss(case, data):
             # otherwise make graph inputs, which the pass leaves).
             with torch._inductor.config.patch(fx_graph_cache=False), \
                     torch._functorch.config.patch(enable_autograd_cache=False), \
-                    torch._dynamo.config.patch(specialize_float=True):
+                    torch._dynamo.config.patch(specialize_float=True), _forced_rows(p.get("rows")):
                 y = compiled(inputs["hidden"], inputs["weight"], inputs.get("bias"), target)
         finally:
             tga.enable_compile_fusion(False)
@@ -537,7 +551,7 @@ def build_lm_loss(case, data):
         return mock.patch.object(_policy, "ce_chunk", _chunks_of_128) if p["small_chunks"] else contextlib.nullcontext()
 
     def ours():
-        with chunks():
+        with chunks(), _forced_rows(p.get("rows")):
             out = model(**kwargs)
         assert out.logits is None
         return (out.loss,), None

@@ -24,6 +24,9 @@ FUSED_GLU_MIN_ROWS = NUMBERS["MIN_GLU_ROWS"] if "sm90" in _C.cuda_backends() els
 # ce_chunk: a chunk's logits in linear_cross_entropy's chunked path take about this many bytes.
 CE_CHUNK_BYTES = 1 << NUMBERS["CE_CHUNK_BYTES_LOG2"]
 
+# ce_rows: a block of linear_cross_entropy's rows road has at least this many rows x width.
+CE_ROWS_MIN_PRODUCT = 1 << NUMBERS["CE_ROWS_MIN_PRODUCT_LOG2"]
+
 # tuned: the share by which a backend must beat the rule's own choice.
 TUNE_MARGIN = NUMBERS["TUNE_MARGIN_PERCENT"] / 100
 
@@ -187,6 +190,28 @@ def ce_chunk(tokens, width, vocab, element_size):
     chunk_bytes = max(CE_CHUNK_BYTES, 4 * tokens * width)
     columns = chunk_bytes // (element_size * max(tokens, 1))
     return min(vocab, max(128, columns // 128 * 128))
+
+
+def ce_rows(tokens, width, vocab, element_size, sum_size):
+    """Rule ce_rows: the tokens per block of linear_cross_entropy's rows
+    road over hidden [tokens, width], or 0 for the chunk road. The block
+    (rows a whole number of 16-byte units wide), the gradients summed in
+    `sum_size` bytes (weight's, hidden's, bias's) and a padded copy of the
+    weight where needed fit in the logits' bytes (`element_size` each); the
+    blocks are as few and as even as fit, and each has at least
+    CE_ROWS_MIN_PRODUCT rows x width."""
+    if tokens * width < CE_ROWS_MIN_PRODUCT:
+        return 0  # first, so that a compiled graph over few tokens guards on this alone
+    unit = max(1, 16 // element_size)
+    padded = -(-vocab // unit) * unit
+    held = sum_size * (vocab * width + tokens * width + vocab)
+    if padded != vocab:
+        held += padded * width * element_size
+    most = (tokens * vocab * element_size - held) // (padded * element_size)
+    if most < 1:
+        return 0
+    rows = -(-tokens // -(-tokens // most))
+    return rows if rows * width >= CE_ROWS_MIN_PRODUCT else 0
 
 
 def tuned(rule_us, backend_us, eager_us):

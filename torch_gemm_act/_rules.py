@@ -27,6 +27,13 @@ RULES = {
                            "2^{CE_CHUNK_BYTES_LOG2} bytes of logits, or as many as hidden's gradient takes in "
                            "fp32 where that is more (each chunk adds into that sum: a wider chunk, fewer "
                            "passes over it)", {"CE_CHUNK_BYTES_LOG2": 25}),
+    "ce_rows": ("python", "in training with a mean or summed loss, linear_cross_entropy takes the tokens in "
+                          "blocks of the whole vocabulary, its gradients in the forward (three GEMMs to the "
+                          "chunks' four), where the blocks fit, beside the gradients summed in fp32, in the "
+                          "bytes of the logits [tokens, vocab] in the inputs' dtype, as few and as even as fit, "
+                          "and a block's rows times hidden's width reach 2^{CE_ROWS_MIN_PRODUCT_LOG2} (a "
+                          "narrower block's hidden-gradient GEMM leaves the GPU idle); the vocabulary in chunks "
+                          "(ce_chunk) otherwise", {"CE_ROWS_MIN_PRODUCT_LOG2": 21}),
     "chain_pays": ("python", "a chained layer publishes Z in training, on plain tensors, where it is not "
                              "host_bound", {}),
     "tuned": ("python", "torch_gemm_act.tune() keeps a backend other than the rule's own for a problem where "

@@ -14,6 +14,14 @@ over them softmax - onehot (with smoothing, softcap, ignore_index and the
 incoming gradient; ce_chunk_backward) and feeds that to two GEMMs: the
 chunk's rows of weight's gradient, whole, and hidden's gradient, summed
 over chunks in fp32. Nothing synchronises with the GPU.
+
+The rows road (rule ce_rows: in training, a mean or summed loss, where it
+fits in the logits' bytes): the tokens in blocks, each over the whole
+vocabulary, so that each row's log-sum-exp precedes its gradient; the
+forward computes the loss and every gradient (linear_ce_rows: per block the
+logits, hidden's rows of gradient and weight's share, summed in fp32) and
+the backward scales them by the incoming gradient, rounding once. Three
+GEMM passes to the chunks' four.
 """
 
 import contextlib
@@ -26,6 +34,7 @@ from torch import Tensor, nn
 from . import _policy
 from .ops import _is_dtensor
 from .ops import linear_ce_chunks_backward as _CHUNKS_BACKWARD, linear_ce_chunks_forward as _CHUNKS_FORWARD
+from .ops import linear_ce_rows as _ROWS
 
 __all__ = ["linear_cross_entropy", "LinearCrossEntropy"]
 
@@ -41,14 +50,23 @@ def _accumulates_in(dtype):
 @torch.library.custom_op("gemm_act::linear_cross_entropy", mutates_args=())
 def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
              reduction: int, label_smoothing: float, softcap: float, chunk: int) -> tuple[Tensor, Tensor]:
-    tokens, vocab = hidden.shape[0], weight.shape[0]
     valid = target != ignore_index
-    _check_targets(target, valid, vocab)
-    acc = dict(device=hidden.device, dtype=_accumulates_in(hidden.dtype))
-    lse = torch.full((tokens,), -math.inf, **acc)
-    target_logit = torch.zeros(tokens, **acc)
-    logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
+    _check_targets(target, valid, weight.shape[0])
+    lse, target_logit, logit_sum = _sums(hidden, label_smoothing)
     _CHUNKS_FORWARD(hidden, weight, bias, target, chunk, softcap, lse, target_logit, logit_sum)
+    return _loss(lse, target_logit, logit_sum, valid, weight.shape[0], reduction, label_smoothing), lse
+
+
+def _sums(hidden, label_smoothing):
+    """Each row's running log-sum-exp, target logit and (label smoothing)
+    logit sum, before the first chunk or block."""
+    acc = dict(device=hidden.device, dtype=_accumulates_in(hidden.dtype))
+    tokens = hidden.shape[0]
+    logit_sum = torch.zeros(tokens, **acc) if label_smoothing else None
+    return torch.full((tokens,), -math.inf, **acc), torch.zeros(tokens, **acc), logit_sum
+
+
+def _loss(lse, target_logit, logit_sum, valid, vocab, reduction, label_smoothing):
     loss = lse - (1.0 - label_smoothing) * target_logit
     if logit_sum is not None:
         loss = loss - label_smoothing * logit_sum / vocab
@@ -57,7 +75,7 @@ def _forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tens
         loss = loss.sum() / valid.sum()
     elif reduction == 2:
         loss = loss.sum()
-    return loss, lse
+    return loss
 
 
 def _check_targets(target, valid, vocab):
@@ -109,6 +127,7 @@ def _(grad, hidden, weight, target, bias, lse, ignore_index, reduction, label_sm
 def _setup_context(ctx, inputs, output):
     hidden, weight, target, bias, *args = inputs
     ctx.save_for_backward(hidden, weight, target, bias, output[1])
+    ctx.mark_non_differentiable(output[1])  # the log-sum-exp comes back without a gradient, as on the rows road
     ctx.args = args  # the forward's chunks among them: the backward's logits round as the forward's did
 
 
@@ -122,6 +141,61 @@ def _autograd(ctx, grad_loss, grad_lse):
 _forward.register_autograd(_autograd, setup_context=_setup_context)
 
 
+@torch.library.custom_op("gemm_act::linear_cross_entropy_rows", mutates_args=())
+def _rows_forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
+                  reduction: int, label_smoothing: float, softcap: float, rows: int,
+                  needs: list[bool]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The rows road's forward: the loss (mean or sum), the log-sum-exp, and
+    the gradients of hidden, weight and bias for an incoming gradient of 1,
+    summed in fp32 (float64 for float64 inputs), each where `needs` says."""
+    valid = target != ignore_index
+    _check_targets(target, valid, weight.shape[0])
+    lse, target_logit, logit_sum = _sums(hidden, label_smoothing)
+    acc = dict(device=hidden.device, dtype=lse.dtype)
+    # mean: each row that counts takes 1 / their number (none: a NaN loss and zero gradients, as PyTorch's).
+    share = 1.0 / valid.sum().to(lse.dtype) if reduction == 1 else torch.ones((), **acc)
+    scale = torch.where(valid, share, 0.0)
+    grad_hidden = torch.empty(hidden.shape, **acc) if needs[0] else None
+    grad_weight = torch.zeros(weight.shape, **acc) if needs[1] else None
+    grad_bias = torch.zeros(weight.shape[0], **acc) if needs[2] and bias is not None else None
+    _ROWS(hidden, weight, bias, target, scale, rows, label_smoothing, softcap, lse, target_logit, logit_sum,
+          grad_hidden, grad_weight, grad_bias)
+    loss = _loss(lse, target_logit, logit_sum, valid, weight.shape[0], reduction, label_smoothing)
+    return (loss, lse) + tuple(g if g is not None else hidden.new_empty(0, dtype=lse.dtype)
+                               for g in (grad_hidden, grad_weight, grad_bias))
+
+
+@_rows_forward.register_fake
+def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, rows, needs):
+    acc = _accumulates_in(hidden.dtype)
+    shapes = (hidden.shape, weight.shape, weight.shape[:1] if bias is not None else (0,))
+    return (hidden.new_empty((), dtype=acc), hidden.new_empty(target.shape, dtype=acc)) + tuple(
+        hidden.new_empty(shape if need else (0,), dtype=acc) for shape, need in zip(shapes, needs))
+
+
+def _rows_setup_context(ctx, inputs, output):
+    hidden, weight, target, bias, *_ = inputs
+    ctx.save_for_backward(*output[2:])
+    ctx.dtypes = hidden.dtype, weight.dtype, bias.dtype if bias is not None else None
+    ctx.mark_non_differentiable(output[1], *output[2:])
+
+
+def _scaled(grad, g, dtype):
+    """grad * g in grad's dtype, rounded once to dtype."""
+    return torch.mul(grad, g, out=torch.empty(grad.shape, dtype=dtype, device=grad.device))
+
+
+def _rows_autograd(ctx, grad_loss, *_):
+    grads = ctx.saved_tensors
+    g = grad_loss.to(grads[0].dtype)
+    needs = ctx.needs_input_grad[:2] + ctx.needs_input_grad[3:4]
+    out = [_scaled(grad, g, dtype) if need else None for grad, dtype, need in zip(grads, ctx.dtypes, needs)]
+    return (out[0], out[1], None, out[2]) + (None,) * 6
+
+
+_rows_forward.register_autograd(_rows_autograd, setup_context=_rows_setup_context)
+
+
 def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0, softcap=None, return_lse=False):
     """``F.cross_entropy(F.linear(hidden, weight, bias), target, ...)`` and its
@@ -132,7 +206,8 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
     ``softcap``, the logits pass through ``softcap * tanh(logits / softcap)``
     first (Gemma 2's head). ``reduction`` as F.cross_entropy's ("none" keeps
     target's shape). With ``return_lse``, also each row's log-sum-exp of the
-    (softcapped) logits, fp32 (float64 for float64 inputs), target's shape.
+    (softcapped) logits, fp32 (float64 for float64 inputs), target's shape,
+    without a gradient (as if detached: no gradient flows back through it).
     DTensor operands (a vocabulary-parallel head, weight Shard(0)) are
     gathered whole on every rank, their gradients returned to their shards:
     correct, but the loss is not split over the ranks.
@@ -185,10 +260,16 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
     lead = target.shape
     width = hidden.shape[-1]
     tokens = hidden.numel() // width if width else 0
-    chunk = _policy.ce_chunk(tokens, width, weight.shape[0], hidden.dtype.itemsize)
-    args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0), chunk)
+    args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0))
+    needs = [_policy.needs_grad(t) for t in (hidden, weight, bias)]
+    rows = _policy.ce_rows(tokens, width, weight.shape[0], hidden.dtype.itemsize,
+                           _accumulates_in(hidden.dtype).itemsize) if reduction != "none" and any(needs) else 0
+    flat = (hidden.reshape(-1, width), weight, target.reshape(-1).long(), bias)
     with torch.autocast(device_type, enabled=False) if autocast else contextlib.nullcontext():
-        loss, lse = _forward(hidden.reshape(-1, width), weight, target.reshape(-1).long(), bias, *args)
+        if rows:
+            loss, lse, *_ = _rows_forward(*flat, *args, rows, needs)
+        else:
+            loss, lse = _forward(*flat, *args, _policy.ce_chunk(tokens, width, weight.shape[0], hidden.dtype.itemsize))
     return (loss.reshape(lead) if reduction == "none" else loss), lse.reshape(lead)
 
 

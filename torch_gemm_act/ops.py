@@ -65,6 +65,7 @@ ce_chunk_forward = torch.ops.gemm_act.ce_chunk_forward.default
 ce_chunk_backward = torch.ops.gemm_act.ce_chunk_backward.default
 linear_ce_chunks_forward = torch.ops.gemm_act.linear_ce_chunks_forward.default
 linear_ce_chunks_backward = torch.ops.gemm_act.linear_ce_chunks_backward.default
+linear_ce_rows = torch.ops.gemm_act.linear_ce_rows.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")
@@ -172,4 +173,10 @@ def _linear_ce_chunks_forward_fake(hidden, weight, bias, target, chunk, softcap,
 @torch.library.register_fake("gemm_act::linear_ce_chunks_backward")
 def _linear_ce_chunks_backward_fake(hidden, weight, bias, target, lse, scale, chunk, label_smoothing, softcap,
                                     grad_hidden, grad_weight, grad_bias):
+    return None
+
+
+@torch.library.register_fake("gemm_act::linear_ce_rows")
+def _linear_ce_rows_fake(hidden, weight, bias, target, scale, rows, label_smoothing, softcap, lse, target_logit,
+                         logit_sum, grad_hidden, grad_weight, grad_bias):
     return None

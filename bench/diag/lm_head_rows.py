@@ -1,21 +1,17 @@
-"""The LM head's loss with the tokens in blocks instead of the vocabulary in
-chunks: a prototype in Python, timed beside linear_cross_entropy, eager and
-compiled eager, and checked against float64.
+"""linear_cross_entropy's two roads, loss + backward, at LM heads' shapes:
+the rows road (rule ce_rows, and its block forced to each of --rows) and
+the chunk road (rule ce_rows forced to 0), beside eager and compiled
+eager; time (median of CUDA-event timings, rounds interleaved), peak
+memory above the inputs, and the gradients' RMS error from float64 where
+the logits fit.
 
-A block of rows takes the whole vocabulary: its logits (one GEMM), each
-row's log-sum-exp and at once its gradient (softmax - onehot over the
-count of rows that count), then hidden's rows of gradient (one GEMM, whole)
-and the weight's gradient (one GEMM added in fp32 over blocks). Three GEMM
-passes to the chunk loop's four, for an fp32 weight gradient [V, D] held
-from the forward to the backward, which multiplies by the incoming scalar.
-
-    python bench/diag/lm_head_rows.py [--cases linear_ce_gpt2 ...] [--rows 1024 2048]
+    python bench/diag/lm_head_rows.py [--cases gpt2 ...] [--rows 2048 4096]
 """
 
 import argparse
-import math
 import os
 import sys
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -24,51 +20,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import lm_head  # noqa: E402
 
 import torch_gemm_act  # noqa: E402
-from torch_gemm_act import ops  # noqa: E402
+from torch_gemm_act import _policy  # noqa: E402
+
+# name: (tokens, hidden width, vocabulary): bench/lm_head.py's heads, whole_llama's and BERT's masked rows.
+HEADS = {"gpt2": lm_head.LINEAR_CE["linear_ce_gpt2"], "llama3": lm_head.LINEAR_CE["linear_ce_llama3"],
+         "llama_1b": (8192, 2048, 128256), "bert_masked": (2458, 768, 30522)}
 
 
-class RowBlocks(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden, weight, target, rows, dh_fp32):
-        tokens, width = hidden.shape
-        vocab = weight.shape[0]
-        padded = (vocab + 7) // 8 * 8
-        w = weight if padded == vocab else F.pad(weight, (0, 0, 0, padded - vocab))
-        acc = torch.promote_types(hidden.dtype, torch.float32)
-        valid = target != -100
-        scale = torch.where(valid, 1.0 / valid.sum().to(acc), 0.0)
-        lse = torch.full((tokens,), -math.inf, dtype=acc, device=hidden.device)
-        target_logit = torch.zeros(tokens, dtype=acc, device=hidden.device)
-        buf = torch.empty(min(rows, tokens), padded, dtype=hidden.dtype, device=hidden.device)
-        grad_w = torch.zeros(padded, width, dtype=acc, device=hidden.device)
-        grad_h = torch.empty(tokens, width, dtype=acc if dh_fp32 else hidden.dtype, device=hidden.device)
-        for r0 in range(0, tokens, rows):
-            r = min(rows, tokens - r0)
-            z, h, t = buf[:r], hidden[r0:r0 + r], target[r0:r0 + r]
-            torch.mm(h, w.t(), out=z)
-            zv = z[:, :vocab]
-            ops.ce_chunk_forward(zv, t, 0, 0.0, lse[r0:r0 + r], target_logit[r0:r0 + r], None)
-            ops.ce_chunk_backward(zv, t, lse[r0:r0 + r], scale[r0:r0 + r], 0, vocab, 0.0, 0.0)
-            if padded > vocab:
-                z[:, vocab:].zero_()
-            if acc == hidden.dtype or not dh_fp32:
-                torch.mm(z, w, out=grad_h[r0:r0 + r])
-            else:
-                torch.ops.aten.mm.dtype_out(z, w, acc, out=grad_h[r0:r0 + r])
-            if acc == hidden.dtype:
-                grad_w.addmm_(z.t(), h)
-            else:
-                torch.ops.aten.addmm.dtype_out(grad_w, z.t(), h, acc, out=grad_w)
-        loss = torch.where(valid, lse - target_logit, 0.0).sum() / valid.sum()
-        ctx.save_for_backward(grad_h, grad_w)
-        ctx.vocab = vocab
-        return loss.to(hidden.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad_h, grad_w = ctx.saved_tensors
-        g = grad.to(grad_w.dtype)
-        return (grad_h * g).to(grad.dtype), (grad_w[:ctx.vocab] * g).to(grad.dtype), None, None, None
+def road(rows):
+    """linear_cross_entropy with rule ce_rows answering `rows` (None: the rule)."""
+    def loss(h, w, t):
+        if rows is None:
+            return torch_gemm_act.linear_cross_entropy(h, w, t)
+        with mock.patch.object(_policy, "ce_rows", lambda *args: rows):
+            return torch_gemm_act.linear_cross_entropy(h, w, t)
+    return loss
 
 
 def step(loss_fn, hidden, weight, target):
@@ -112,12 +78,12 @@ def rms(a, b):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", nargs="+", default=sorted(lm_head.LINEAR_CE))
-    p.add_argument("--rows", nargs="+", type=int, default=[1024, 2048, 4096])
+    p.add_argument("--cases", nargs="+", default=list(HEADS))
+    p.add_argument("--rows", nargs="+", type=int, default=[1024, 2048, 4096, 8192])
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     for case in args.cases:
-        tokens, width, vocab = lm_head.LINEAR_CE[case]
+        tokens, width, vocab = HEADS[case]
         g = torch.Generator(device="cuda").manual_seed(0)
         hidden = torch.randn(tokens, width, device="cuda", generator=g).bfloat16()
         weight = (torch.randn(vocab, width, device="cuda", generator=g) / width ** 0.5).bfloat16()
@@ -126,13 +92,14 @@ def main():
 
         def eager(h, w, t):
             return F.cross_entropy(F.linear(h, w), t)
+        rule = _policy.ce_rows(tokens, width, vocab, 2, 4)
         fns = {"eager": step(eager, hidden, weight, target),
                "compile": step(torch.compile(eager), hidden, weight, target),
-               "chunks": step(torch_gemm_act.linear_cross_entropy, hidden, weight, target)}
+               "chunks": step(road(0), hidden, weight, target),
+               f"rule ({rule or 'chunks'})": step(road(None), hidden, weight, target)}
         for rows in args.rows:
-            for fp32 in (True, False):
-                fns[f"rows{rows}{'' if fp32 else '_dh16'}"] = step(
-                    lambda h, w, t, rows=rows, fp32=fp32: RowBlocks.apply(h, w, t, rows, fp32), hidden, weight, target)
+            if rows < tokens and rows != rule:
+                fns[f"rows {rows}"] = step(road(rows), hidden, weight, target)
         print(f"=== {case}: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}")
         ref = None
         if tokens * vocab <= 2 ** 31:
@@ -148,7 +115,7 @@ def main():
             loss, gh, gw = fn()
             err = "" if ref is None else f"  rms err dH {rms(gh, ref[0]):.3e} dW {rms(gw, ref[1]):.3e}"
             t = sorted(times[name])[len(times[name]) // 2]
-            print(f"{name:>14}: {t:8.3f} ms  {t / sorted(times['eager'])[args.rounds // 2]:.3f} x eager  "
+            print(f"{name:>16}: {t:8.3f} ms  {t / sorted(times['eager'])[args.rounds // 2]:.3f} x eager  "
                   f"{t / sorted(times['compile'])[args.rounds // 2]:.3f} x compile  "
                   f"peak {peak_mib(fn):8.0f} MiB  loss {loss.item():.5f}{err}", flush=True)
         del fns, ref

@@ -1,0 +1,104 @@
+// linear_ce_rows, one for every backend: the loop over blocks of tokens of
+// torch_gemm_act.linear_cross_entropy's rows road (rule ce_rows). A block
+// takes the whole vocabulary, so each row's log-sum-exp is known before its
+// gradient, and the loss and every gradient come out of one pass: three
+// GEMMs per block (logits, hidden's rows, weight's share) to the chunk
+// loop's four over forward and backward (docs/DESIGN.md).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "linear_ce.h"
+#include "op_handles.h"
+
+namespace gemm_act {
+namespace {
+
+using namespace ce;
+
+constexpr const char* kRows = "linear_ce_rows";
+
+// t (weight [V, D] or bias [V]) with zero rows after, to `to` rows.
+at::Tensor padded_rows(const at::Tensor& t, int64_t to) {
+  const int64_t pad = to - t.size(0);
+  if (pad == 0) return t;
+  std::vector<int64_t> sides(2 * t.dim(), 0);
+  sides.back() = pad;  // the pairs run from the last dimension: the first's end
+  return at::constant_pad_nd(t, sides, 0);
+}
+
+void check_sums(const at::Tensor& t, const at::Tensor& hidden, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == hidden.size(0), kRows, ": ", name, " must be [",
+                    hidden.size(0), "], got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.device() == hidden.device() && t.is_contiguous(), kRows, ": ", name,
+                    " must be contiguous on ", hidden.device());
+}
+
+void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
+                    const std::optional<at::Tensor>& bias, const at::Tensor& target,
+                    const at::Tensor& scale, int64_t rows, double label_smoothing, double softcap,
+                    const at::Tensor& lse, const at::Tensor& target_logit,
+                    const std::optional<at::Tensor>& logit_sum,
+                    const std::optional<at::Tensor>& grad_hidden,
+                    const std::optional<at::Tensor>& grad_weight,
+                    const std::optional<at::Tensor>& grad_bias) {
+  check_operands(hidden, weight, bias, kRows);
+  TORCH_CHECK_VALUE(rows >= 1, kRows, ": rows must be at least 1, got ", rows);
+  TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == hidden.size(0), kRows,
+                    ": target must be [", hidden.size(0), "], got shape ", target.sizes());
+  check_sums(scale, hidden, "scale");
+  check_sums(lse, hidden, "lse");
+  check_sums(target_logit, hidden, "target_logit");
+  if (logit_sum.has_value()) check_sums(*logit_sum, hidden, "logit_sum");
+  check_gradient(grad_hidden, hidden, false, kRows, "grad_hidden");
+  check_gradient(grad_weight, weight, false, kRows, "grad_weight");
+  TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kRows, ": grad_bias needs a bias");
+  if (bias.has_value()) check_gradient(grad_bias, *bias, false, kRows, "grad_bias");
+  const int64_t tokens = hidden.size(0), vocab = weight.size(0);
+  if (tokens == 0) return;
+  // The block's rows a whole number of 16-byte units wide: cuBLAS runs its
+  // unaligned kernels otherwise (as the chunk loop's padded last chunk).
+  const int64_t unit = std::max<int64_t>(1, 16 / hidden.element_size());
+  const int64_t width = (vocab + unit - 1) / unit * unit;
+  const at::Tensor w = padded_rows(weight, width);
+  const std::optional<at::Tensor> b =
+      bias.has_value() ? std::optional<at::Tensor>(padded_rows(*bias, width)) : std::nullopt;
+  const int64_t block = std::min(rows, tokens);
+  const at::Tensor buffer = at::empty({block, width}, hidden.options());
+  const at::ScalarType acc = lse.scalar_type();
+  for (int64_t r0 = 0; r0 < tokens; r0 += block) {
+    const int64_t r = std::min(block, tokens - r0);
+    const at::Tensor h = hidden.narrow(0, r0, r);
+    at::Tensor padded = buffer.narrow(0, 0, r);
+    // The logits as F.linear writes them: the bias added before the one rounding.
+    if (b.has_value()) {
+      at::addmm_out(padded, *b, h, w.t());
+    } else {
+      at::mm_out(padded, h, w.t());
+    }
+    const at::Tensor z = padded.narrow(1, 0, vocab);
+    const at::Tensor t = target.narrow(0, r0, r), l = lse.narrow(0, r0, r);
+    op::ce_chunk_forward().call(z, t, 0, softcap, l, target_logit.narrow(0, r0, r),
+                                logit_sum.has_value()
+                                    ? std::optional<at::Tensor>(logit_sum->narrow(0, r0, r))
+                                    : std::nullopt);
+    op::ce_chunk_backward().call(z, t, l, scale.narrow(0, r0, r), 0, vocab, label_smoothing,
+                                 softcap);
+    // The padding columns' gradient is zero (their logits are too, unless a row's are not finite).
+    if (width > vocab) padded.narrow(1, vocab, width - vocab).zero_();
+    if (grad_bias.has_value()) grad_bias->add_(z.sum(0, false, acc));
+    if (grad_hidden.has_value()) product_into(grad_hidden->narrow(0, r0, r), padded, w, false);
+    if (grad_weight.has_value()) product_into(*grad_weight, z.t(), h, /*add=*/true);
+  }
+}
+
+}  // namespace
+}  // namespace gemm_act
+
+TORCH_LIBRARY_IMPL(gemm_act, CompositeExplicitAutograd, m) {
+  m.impl("linear_ce_rows", &gemm_act::linear_ce_rows);
+}
