@@ -55,15 +55,27 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
   check_sums(target_logit, hidden, "target_logit");
   if (logit_sum.has_value()) check_sums(*logit_sum, hidden, "logit_sum");
   check_gradient(grad_hidden, hidden, false, kRows, "grad_hidden");
-  check_gradient(grad_weight, weight, false, kRows, "grad_weight");
   TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kRows, ": grad_bias needs a bias");
   if (bias.has_value()) check_gradient(grad_bias, *bias, false, kRows, "grad_bias");
   const int64_t tokens = hidden.size(0), vocab = weight.size(0);
-  if (tokens == 0) return;
   // The block's rows a whole number of 16-byte units wide: cuBLAS runs its
   // unaligned kernels otherwise (as the chunk loop's padded last chunk).
   const int64_t unit = std::max<int64_t>(1, 16 / hidden.element_size());
   const int64_t width = (vocab + unit - 1) / unit * unit;
+  // weight's gradient [vocab or width, D]: with the padded rows, its GEMM's
+  // contiguous dimension is a whole number of 16-byte units (cuBLAS's
+  // unaligned kernels otherwise); they sum to zero.
+  if (grad_weight.has_value()) {
+    TORCH_CHECK_VALUE(grad_weight->dim() == 2 && grad_weight->size(1) == weight.size(1) &&
+                          (grad_weight->size(0) == vocab || grad_weight->size(0) == width),
+                      kRows, ": grad_weight must have shape [", vocab, " or ", width, ", ",
+                      weight.size(1), "], got ", grad_weight->sizes());
+    TORCH_CHECK_TYPE(at::isFloatingType(grad_weight->scalar_type()), kRows,
+                     ": grad_weight must be floating-point, got ", grad_weight->scalar_type());
+    TORCH_CHECK_VALUE(grad_weight->device() == hidden.device() && grad_weight->is_contiguous(), kRows,
+                      ": grad_weight is written in place and must be contiguous on ", hidden.device());
+  }
+  if (tokens == 0) return;
   const at::Tensor w = padded_rows(weight, width);
   const std::optional<at::Tensor> b =
       bias.has_value() ? std::optional<at::Tensor>(padded_rows(*bias, width)) : std::nullopt;
@@ -92,7 +104,10 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
     if (width > vocab) padded.narrow(1, vocab, width - vocab).zero_();
     if (grad_bias.has_value()) grad_bias->add_(z.sum(0, false, acc));
     if (grad_hidden.has_value()) product_into(grad_hidden->narrow(0, r0, r), padded, w, false);
-    if (grad_weight.has_value()) product_into(*grad_weight, z.t(), h, /*add=*/true);
+    if (grad_weight.has_value()) {
+      const bool whole = grad_weight->size(0) == width;
+      product_into(*grad_weight, whole ? padded.t() : z.t(), h, /*add=*/true);
+    }
   }
 }
 

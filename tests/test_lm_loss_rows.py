@@ -145,11 +145,14 @@ def test_compiles_in_one_graph(roads):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 4, 9, 100])
 @pytest.mark.parametrize("bias", [False, True])
-def test_rows_loop_against_float64(device, dtype, rows, bias):
+@pytest.mark.parametrize("padded", [False, True])
+def test_rows_loop_against_float64(device, dtype, rows, bias, padded):
     """linear_ce_rows: every block (the last one shorter) folded into the
     sums and differentiated as the whole at once; the gradients added to
-    what weight's and bias's held, hidden's written over its old values."""
+    what weight's and bias's held (weight's with the padded rows or not),
+    hidden's written over its old values."""
     h, w, b, target = _loop_case(device, dtype, bias=bias)
+    width = cross_entropy._padded(w.shape[0], h) if padded else w.shape[0]
     acc = torch.float64 if dtype == torch.float64 else torch.float32
     tokens, vocab = h.shape[0], w.shape[0]
     logits = h.cpu().double() @ w.cpu().double().t() + (0 if b is None else b.cpu().double())
@@ -157,8 +160,9 @@ def test_rows_loop_against_float64(device, dtype, rows, bias):
             torch.zeros(tokens, device=device, dtype=acc)]
     valid = target.cpu() >= 0
     scale = torch.where(valid, torch.rand(tokens, dtype=torch.float64) + 0.5, 0.0)
-    grads = (torch.full(h.shape, float("nan"), device=device, dtype=acc), torch.full(w.shape, 0.25, device=device,
-             dtype=acc), None if b is None else torch.full(b.shape, 0.5, device=device, dtype=acc))
+    grads = (torch.full(h.shape, float("nan"), device=device, dtype=acc),
+             torch.full((width, w.shape[1]), 0.25, device=device, dtype=acc),
+             None if b is None else torch.full(b.shape, 0.5, device=device, dtype=acc))
     tga.ops.linear_ce_rows(h, w, b, target, scale.to(device, acc), rows, 0.1, 0.0, *sums, *grads)
     tol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 0.1}[dtype]
     exact_lse = torch.logsumexp(logits, 1)
@@ -170,7 +174,9 @@ def test_rows_loop_against_float64(device, dtype, rows, bias):
     dz = (torch.exp(logits - exact_lse[:, None]) - 0.1 / vocab - 0.9 * onehot) * scale[:, None]
     dtol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 3e-2}[dtype]
     torch.testing.assert_close(grads[0].cpu().double(), dz @ w.cpu().double(), rtol=dtol, atol=dtol)
-    torch.testing.assert_close(grads[1].cpu().double(), 0.25 + dz.t() @ h.cpu().double(), rtol=dtol, atol=dtol)
+    torch.testing.assert_close(grads[1][:vocab].cpu().double(), 0.25 + dz.t() @ h.cpu().double(), rtol=dtol,
+                               atol=dtol)
+    assert (grads[1][vocab:] == 0.25).all()  # the padding rows' gradient is zero
     if b is not None:
         torch.testing.assert_close(grads[2].cpu().double(), 0.5 + dz.sum(0), rtol=dtol, atol=dtol)
 

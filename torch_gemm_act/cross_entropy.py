@@ -156,7 +156,7 @@ def _rows_forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional
     share = 1.0 / valid.sum().to(lse.dtype) if reduction == 1 else torch.ones((), **acc)
     scale = torch.where(valid, share, 0.0)
     grad_hidden = torch.empty(hidden.shape, **acc) if needs[0] else None
-    grad_weight = torch.zeros(weight.shape, **acc) if needs[1] else None
+    grad_weight = torch.zeros(_padded(weight.shape[0], hidden), weight.shape[1], **acc) if needs[1] else None
     grad_bias = torch.zeros(weight.shape[0], **acc) if needs[2] and bias is not None else None
     _ROWS(hidden, weight, bias, target, scale, rows, label_smoothing, softcap, lse, target_logit, logit_sum,
           grad_hidden, grad_weight, grad_bias)
@@ -165,10 +165,19 @@ def _rows_forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional
                                for g in (grad_hidden, grad_weight, grad_bias))
 
 
+def _padded(vocab, hidden):
+    """The rows of weight's summed gradient on the rows road: the vocabulary
+    rounded up to 16 bytes of hidden's dtype, whose GEMM then runs aligned
+    (linear_ce_rows); the backward takes the first `vocab`."""
+    unit = max(1, 16 // hidden.element_size())
+    return -(-vocab // unit) * unit
+
+
 @_rows_forward.register_fake
 def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, rows, needs):
     acc = _accumulates_in(hidden.dtype)
-    shapes = (hidden.shape, weight.shape, weight.shape[:1] if bias is not None else (0,))
+    shapes = (hidden.shape, (_padded(weight.shape[0], hidden), weight.shape[1]),
+              weight.shape[:1] if bias is not None else (0,))
     return (hidden.new_empty((), dtype=acc), hidden.new_empty(target.shape, dtype=acc)) + tuple(
         hidden.new_empty(shape if need else (0,), dtype=acc) for shape, need in zip(shapes, needs))
 
@@ -177,17 +186,31 @@ def _rows_setup_context(ctx, inputs, output):
     hidden, weight, target, bias, *_ = inputs
     ctx.save_for_backward(*output[2:])
     ctx.dtypes = hidden.dtype, weight.dtype, bias.dtype if bias is not None else None
+    ctx.vocab = weight.shape[0]
     ctx.mark_non_differentiable(output[1], *output[2:])
 
 
+# Elements per piece of a gradient scaled in eager mode: each piece's product is a temporary.
+_SCALED_PIECE = 1 << 24
+
+
 def _scaled(grad, g, dtype):
-    """grad * g in grad's dtype, rounded once to dtype."""
-    return torch.mul(grad, g, out=torch.empty(grad.shape, dtype=dtype, device=grad.device))
+    """grad * g computed in grad's dtype and rounded once to dtype. In eager
+    mode piece by piece, so that no product of the whole (an fp32 weight
+    gradient's size) is ever held; compiled, Inductor makes it one kernel."""
+    if torch.compiler.is_compiling():
+        return (grad * g).to(dtype)
+    out = torch.empty(grad.shape, dtype=dtype, device=grad.device)
+    flat, into = grad.reshape(-1), out.view(-1)
+    for i in range(0, flat.numel(), _SCALED_PIECE):
+        torch.mul(flat[i:i + _SCALED_PIECE], g, out=into[i:i + _SCALED_PIECE])
+    return out
 
 
 def _rows_autograd(ctx, grad_loss, *_):
-    grads = ctx.saved_tensors
-    g = grad_loss.to(grads[0].dtype)
+    grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+    grads = grad_hidden, grad_weight[:ctx.vocab], grad_bias
+    g = grad_loss.to(grad_hidden.dtype)
     needs = ctx.needs_input_grad[:2] + ctx.needs_input_grad[3:4]
     out = [_scaled(grad, g, dtype) if need else None for grad, dtype, need in zip(grads, ctx.dtypes, needs)]
     return (out[0], out[1], None, out[2]) + (None,) * 6
