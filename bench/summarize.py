@@ -6,7 +6,8 @@
 
 Runs on a CPU-only machine (needs only matplotlib for the plot). bench.py
 imports the constants, the text table and the plot from here, so all of them
-are defined once.
+are defined once. A models.py results file (`*_models.json`, rows by case)
+is printed as models.py prints it (its table and plot, which import torch).
 """
 
 import argparse
@@ -226,7 +227,7 @@ def plot(results, path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("json", help="a results JSON written by bench/bench.py")
+    p.add_argument("json", help="a results JSON written by bench/bench.py or bench/models.py")
     p.add_argument("--plot", nargs="?", const="", default=None,
                    help="draw the PNG (default path: the JSON's, with .png)")
     p.add_argument("--md", default=None, help="also write the markdown table to this file")
@@ -234,6 +235,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     with open(args.json) as f:
         results = json.load(f)
+    if any("case" in row for row in results.get("rows", ())):
+        return _models(results, args)
     md = markdown(results)
     print(md)
     if args.md:
@@ -245,6 +248,20 @@ def main(argv=None):
     if args.plot is not None:
         out = args.plot or os.path.splitext(args.json)[0] + ".png"
         if plot(results, out):
+            print(f"\nplot: {out}", file=sys.stderr)
+    return 0
+
+
+def _models(results, args):
+    """A models.py results file: its own table (and plot)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import models
+    print(f'{results.get("device", "?")} · torch {results.get("torch", "?")} · commit '
+          f'{str(results.get("commit", "?"))[:10]} · csrc tree {str(results.get("csrc_tree", "?"))[:10]}')
+    print(models.table(results["rows"]))
+    if args.plot is not None:
+        out = args.plot or os.path.splitext(args.json)[0] + ".png"
+        if models.plot(results["rows"], out):
             print(f"\nplot: {out}", file=sys.stderr)
     return 0
 

@@ -35,6 +35,11 @@ def test_models_dry_run(tmp_path):
     for r in rows:
         assert set(r["ms"]) == {"eager", "fused"} and set(r["peak_bytes"]) == {"eager", "fused"}
         assert r["correct"], r
+    # summarize.py renders such a file as models.py's table.
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "summarize.py"), str(out)],
+                           capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert all(f'{r["case"]:<20} {r["mode"]:<10}' in table.stdout for r in rows), table.stdout
 
 
 def test_whole_models_dry_run(tmp_path):
