@@ -240,3 +240,27 @@ def test_matches_cross_entropy_cuda(roads, dtype, rows):
     _check(dtype, 300, 64, 5003, True, "mean", 0.1, None, device="cuda")
     _check(dtype, 300, 64, 4096, False, "sum", 0.0, 10.0, device="cuda")
     assert roads["rows"] == 2
+
+
+@pytest.mark.parametrize("rows", [0, 200])
+def test_the_backward_makes_no_gradient_for_the_unused_outputs(roads, rows):
+    """The log-sum-exp and the saved fp32 sums take no gradient: autograd
+    must not fill one with zeros (the size of weight's fp32 sum: 2 GiB at
+    Llama-3's head) before the backward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    roads["force"](rows)
+    h, w, _, t = _case(512, 64, 4000, torch.float64, False)
+    h, w = h.bfloat16().requires_grad_(), w.bfloat16().requires_grad_()
+    made = []
+
+    class Fills(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in (torch.ops.aten.zeros, torch.ops.aten.zeros_like, torch.ops.aten.new_zeros,
+                                       torch.ops.aten.full, torch.ops.aten.full_like, torch.ops.aten.fill_):
+                made.append((str(func), tuple(out.shape)))
+            return out
+    loss = tga.linear_cross_entropy(h, w, t)
+    with Fills():
+        loss.backward()
+    assert not [m for m in made if math.prod(m[1]) >= t.numel()], made

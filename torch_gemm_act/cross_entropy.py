@@ -128,6 +128,7 @@ def _setup_context(ctx, inputs, output):
     hidden, weight, target, bias, *args = inputs
     ctx.save_for_backward(hidden, weight, target, bias, output[1])
     ctx.mark_non_differentiable(output[1])  # the log-sum-exp comes back without a gradient, as on the rows road
+    ctx.set_materialize_grads(False)
     ctx.args = args  # the forward's chunks among them: the backward's logits round as the forward's did
 
 
@@ -188,6 +189,7 @@ def _rows_setup_context(ctx, inputs, output):
     ctx.dtypes = hidden.dtype, weight.dtype, bias.dtype if bias is not None else None
     ctx.vocab = weight.shape[0]
     ctx.mark_non_differentiable(output[1], *output[2:])
+    ctx.set_materialize_grads(False)  # else the backward gets zeros the size of each gradient for them
 
 
 # Elements per piece of a gradient scaled in eager mode: each piece's product is a temporary.
