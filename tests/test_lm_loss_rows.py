@@ -152,7 +152,7 @@ def test_rows_loop_against_float64(device, dtype, rows, bias, padded):
     what weight's and bias's held (weight's with the padded rows or not),
     hidden's written over its old values."""
     h, w, b, target = _loop_case(device, dtype, bias=bias)
-    width = cross_entropy._padded(w.shape[0], h) if padded else w.shape[0]
+    width = _policy.padded_vocab(w.shape[0], h.element_size()) if padded else w.shape[0]
     acc = torch.float64 if dtype == torch.float64 else torch.float32
     tokens, vocab = h.shape[0], w.shape[0]
     logits = h.cpu().double() @ w.cpu().double().t() + (0 if b is None else b.cpu().double())
@@ -245,8 +245,8 @@ def test_matches_cross_entropy_cuda(roads, dtype, rows):
 @pytest.mark.parametrize("rows", [0, 200])
 def test_the_backward_makes_no_gradient_for_the_unused_outputs(roads, rows):
     """The log-sum-exp and the saved fp32 sums take no gradient: autograd
-    must not fill one with zeros (the size of weight's fp32 sum: 2 GiB at
-    Llama-3's head) before the backward."""
+    must not fill one with zeros, each the size of its output (weight's fp32
+    sum among them; docs/MEASUREMENTS.md, session 71), before the backward."""
     from torch.utils._python_dispatch import TorchDispatchMode
     roads["force"](rows)
     h, w, _, t = _case(512, 64, 4000, torch.float64, False)

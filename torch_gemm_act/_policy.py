@@ -192,6 +192,14 @@ def ce_chunk(tokens, width, vocab, element_size):
     return min(vocab, max(128, columns // 128 * 128))
 
 
+def padded_vocab(vocab, element_size):
+    """The vocabulary rounded up to a whole number of 16-byte units of
+    `element_size`: the rows road's block rows and weight-gradient rows
+    (cuBLAS runs its unaligned kernels on a contiguous dimension that is not)."""
+    unit = max(1, 16 // element_size)
+    return -(-vocab // unit) * unit
+
+
 def ce_rows(tokens, width, vocab, element_size, sum_size):
     """Rule ce_rows: the tokens per block of linear_cross_entropy's rows
     road over hidden [tokens, width], or 0 for the chunk road. The block
@@ -202,8 +210,7 @@ def ce_rows(tokens, width, vocab, element_size, sum_size):
     CE_ROWS_MIN_PRODUCT rows x width."""
     if tokens * width < CE_ROWS_MIN_PRODUCT:
         return 0  # first, so that a compiled graph over few tokens guards on this alone
-    unit = max(1, 16 // element_size)
-    padded = -(-vocab // unit) * unit
+    padded = padded_vocab(vocab, element_size)
     held = sum_size * (vocab * width + tokens * width + vocab)
     if padded != vocab:
         held += padded * width * element_size

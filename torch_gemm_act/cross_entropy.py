@@ -157,7 +157,9 @@ def _rows_forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional
     share = 1.0 / valid.sum().to(lse.dtype) if reduction == 1 else torch.ones((), **acc)
     scale = torch.where(valid, share, 0.0)
     grad_hidden = torch.empty(hidden.shape, **acc) if needs[0] else None
-    grad_weight = torch.zeros(_padded(weight.shape[0], hidden), weight.shape[1], **acc) if needs[1] else None
+    # Over the padded vocabulary: that GEMM then runs aligned; the backward takes the first rows.
+    rows_w = _policy.padded_vocab(weight.shape[0], hidden.element_size())
+    grad_weight = torch.zeros(rows_w, weight.shape[1], **acc) if needs[1] else None
     grad_bias = torch.zeros(weight.shape[0], **acc) if needs[2] and bias is not None else None
     _ROWS(hidden, weight, bias, target, scale, rows, label_smoothing, softcap, lse, target_logit, logit_sum,
           grad_hidden, grad_weight, grad_bias)
@@ -166,18 +168,10 @@ def _rows_forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional
                                for g in (grad_hidden, grad_weight, grad_bias))
 
 
-def _padded(vocab, hidden):
-    """The rows of weight's summed gradient on the rows road: the vocabulary
-    rounded up to 16 bytes of hidden's dtype, whose GEMM then runs aligned
-    (linear_ce_rows); the backward takes the first `vocab`."""
-    unit = max(1, 16 // hidden.element_size())
-    return -(-vocab // unit) * unit
-
-
 @_rows_forward.register_fake
 def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, rows, needs):
     acc = _accumulates_in(hidden.dtype)
-    shapes = (hidden.shape, (_padded(weight.shape[0], hidden), weight.shape[1]),
+    shapes = (hidden.shape, (_policy.padded_vocab(weight.shape[0], hidden.element_size()), weight.shape[1]),
               weight.shape[:1] if bias is not None else (0,))
     return (hidden.new_empty((), dtype=acc), hidden.new_empty(target.shape, dtype=acc)) + tuple(
         hidden.new_empty(shape if need else (0,), dtype=acc) for shape, need in zip(shapes, needs))

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lm_head  # noqa: E402
+from lm_head_parts import median_ms  # noqa: E402
 
 import torch_gemm_act  # noqa: E402
 from torch_gemm_act import _policy  # noqa: E402
@@ -47,20 +48,6 @@ def step(loss_fn, hidden, weight, target):
         loss.backward()
         return loss, h.grad, w.grad
     return run
-
-
-def median_ms(fn, reps=15):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def peak_mib(fn):
