@@ -75,7 +75,11 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
     TORCH_CHECK_VALUE(grad_weight->device() == hidden.device() && grad_weight->is_contiguous(), kRows,
                       ": grad_weight is written in place and must be contiguous on ", hidden.device());
   }
-  if (tokens == 0) return;
+  if (tokens == 0) {  // no block writes them
+    if (grad_weight.has_value()) grad_weight->zero_();
+    if (grad_bias.has_value()) grad_bias->zero_();
+    return;
+  }
   const at::Tensor w = padded_rows(weight, width);
   const std::optional<at::Tensor> b =
       bias.has_value() ? std::optional<at::Tensor>(padded_rows(*bias, width)) : std::nullopt;
@@ -102,11 +106,20 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
                                  softcap);
     // The padding columns' gradient is zero (their logits are too, unless a row's are not finite).
     if (width > vocab) padded.narrow(1, vocab, width - vocab).zero_();
-    if (grad_bias.has_value()) grad_bias->add_(z.sum(0, false, acc));
+    // The first block writes weight's and bias's sums, the later ones add: no zeros to fill and read.
+    const bool later = r0 > 0;
+    if (grad_bias.has_value()) {
+      if (later) {
+        grad_bias->add_(z.sum(0, false, acc));
+      } else {
+        at::Tensor into = *grad_bias;
+        at::sum_out(into, z, {0}, false, acc);
+      }
+    }
     if (grad_hidden.has_value()) product_into(grad_hidden->narrow(0, r0, r), padded, w, false);
     if (grad_weight.has_value()) {
       const bool whole = grad_weight->size(0) == width;
-      product_into(*grad_weight, whole ? padded.t() : z.t(), h, /*add=*/true);
+      product_into(*grad_weight, whole ? padded.t() : z.t(), h, later);
     }
   }
 }

@@ -148,9 +148,8 @@ def test_compiles_in_one_graph(roads):
 @pytest.mark.parametrize("padded", [False, True])
 def test_rows_loop_against_float64(device, dtype, rows, bias, padded):
     """linear_ce_rows: every block (the last one shorter) folded into the
-    sums and differentiated as the whole at once; the gradients added to
-    what weight's and bias's held (weight's with the padded rows or not),
-    hidden's written over its old values."""
+    sums and differentiated as the whole at once; each gradient written over
+    its old values (NaN: none is read), weight's with the padded rows or not."""
     h, w, b, target = _loop_case(device, dtype, bias=bias)
     width = _policy.padded_vocab(w.shape[0], h.element_size()) if padded else w.shape[0]
     acc = torch.float64 if dtype == torch.float64 else torch.float32
@@ -161,8 +160,8 @@ def test_rows_loop_against_float64(device, dtype, rows, bias, padded):
     valid = target.cpu() >= 0
     scale = torch.where(valid, torch.rand(tokens, dtype=torch.float64) + 0.5, 0.0)
     grads = (torch.full(h.shape, float("nan"), device=device, dtype=acc),
-             torch.full((width, w.shape[1]), 0.25, device=device, dtype=acc),
-             None if b is None else torch.full(b.shape, 0.5, device=device, dtype=acc))
+             torch.full((width, w.shape[1]), float("nan"), device=device, dtype=acc),
+             None if b is None else torch.full(b.shape, float("nan"), device=device, dtype=acc))
     tga.ops.linear_ce_rows(h, w, b, target, scale.to(device, acc), rows, 0.1, 0.0, *sums, *grads)
     tol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 0.1}[dtype]
     exact_lse = torch.logsumexp(logits, 1)
@@ -174,11 +173,23 @@ def test_rows_loop_against_float64(device, dtype, rows, bias, padded):
     dz = (torch.exp(logits - exact_lse[:, None]) - 0.1 / vocab - 0.9 * onehot) * scale[:, None]
     dtol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 3e-2}[dtype]
     torch.testing.assert_close(grads[0].cpu().double(), dz @ w.cpu().double(), rtol=dtol, atol=dtol)
-    torch.testing.assert_close(grads[1][:vocab].cpu().double(), 0.25 + dz.t() @ h.cpu().double(), rtol=dtol,
-                               atol=dtol)
-    assert (grads[1][vocab:] == 0.25).all()  # the padding rows' gradient is zero
+    torch.testing.assert_close(grads[1][:vocab].cpu().double(), dz.t() @ h.cpu().double(), rtol=dtol, atol=dtol)
+    assert (grads[1][vocab:] == 0).all()  # the padding rows' gradient is zero
     if b is not None:
-        torch.testing.assert_close(grads[2].cpu().double(), 0.5 + dz.sum(0), rtol=dtol, atol=dtol)
+        torch.testing.assert_close(grads[2].cpu().double(), dz.sum(0), rtol=dtol, atol=dtol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_loop_over_no_tokens_writes_zero_sums(device):
+    """linear_ce_rows over no tokens: no block runs, and weight's and bias's
+    gradients still come back written (zeros), as every block's would."""
+    h, w, b, target = _loop_case(device, torch.float32)
+    h, target = h[:0], target[:0]
+    empty = torch.zeros(0, device=device)
+    grads = torch.full_like(w, float("nan")), torch.full_like(b, float("nan"))
+    tga.ops.linear_ce_rows(h, w, b, target, empty, 4, 0.0, 0.0, empty.clone(), empty.clone(), None,
+                           torch.empty_like(h), *grads)
+    assert (grads[0] == 0).all() and (grads[1] == 0).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)

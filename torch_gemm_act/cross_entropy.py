@@ -159,8 +159,8 @@ def _rows_forward(hidden: Tensor, weight: Tensor, target: Tensor, bias: Optional
     grad_hidden = torch.empty(hidden.shape, **acc) if needs[0] else None
     # Over the padded vocabulary: that GEMM then runs aligned; the backward takes the first rows.
     rows_w = _policy.padded_vocab(weight.shape[0], hidden.element_size())
-    grad_weight = torch.zeros(rows_w, weight.shape[1], **acc) if needs[1] else None
-    grad_bias = torch.zeros(weight.shape[0], **acc) if needs[2] and bias is not None else None
+    grad_weight = torch.empty(rows_w, weight.shape[1], **acc) if needs[1] else None
+    grad_bias = torch.empty(weight.shape[0], **acc) if needs[2] and bias is not None else None
     _ROWS(hidden, weight, bias, target, scale, rows, label_smoothing, softcap, lse, target_logit, logit_sum,
           grad_hidden, grad_weight, grad_bias)
     loss = _loss(lse, target_logit, logit_sum, valid, weight.shape[0], reduction, label_smoothing)
