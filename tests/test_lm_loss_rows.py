@@ -228,18 +228,22 @@ def test_bad_input_says_what_was_given(call, error, match):
 
 def test_rule():
     """Rule ce_rows: blocks as few and as even as fit beside the fp32
-    gradients in the logits' bytes; none narrower than CE_ROWS_MIN_PRODUCT."""
+    gradients in the bytes of the logits and the gradients in the inputs'
+    dtype; none narrower than CE_ROWS_MIN_PRODUCT."""
     def fits(tokens, width, vocab, rows, size=2):
         padded = -(-vocab // 8) * 8
-        held = 4 * (vocab * width + tokens * width + vocab) + (padded != vocab) * padded * width * size
-        return rows * padded * size + held <= tokens * vocab * size
+        grads = vocab * width + tokens * width + vocab
+        held = 4 * grads + (padded != vocab) * padded * width * size
+        return rows * padded * size + held <= (tokens * vocab + grads) * size
     assert _policy.ce_rows(8192, 768, 50257, 2, 4) == 4096  # GPT-2: two blocks
     assert fits(8192, 768, 50257, 4096) and not fits(8192, 768, 50257, 8192)
-    assert _policy.ce_rows(16384, 4096, 128256, 2, 4) == 5462  # Llama-3's head: three blocks
-    assert _policy.ce_rows(8192, 2048, 128256, 2, 4) == 2731
-    assert _policy.ce_rows(2458, 768, 30522, 2, 4) == 0  # too narrow a block to fit
-    assert _policy.ce_rows(1024, 768, 50257, 2, 4) == 0
-    assert _policy.ce_rows(100, 8, 50, 4, 4) == 0  # below the product's floor
+    assert _policy.ce_rows(16384, 4096, 128256, 2, 4) == 8192  # Llama-3's head: two blocks
+    assert fits(16384, 4096, 128256, 8192) and not fits(16384, 4096, 128256, 16384)
+    assert _policy.ce_rows(8192, 2048, 128256, 2, 4) == 4096
+    assert _policy.ce_rows(2458, 768, 30522, 2, 4) == 0  # below the product's floor
+    assert _policy.ce_rows(4096, 768, 30522, 2, 4) == 0  # too narrow a block to fit
+    assert fits(4096, 768, 30522, 1) and not fits(4096, 768, 30522, 2731)
+    assert _policy.ce_rows(100, 8, 50, 4, 4) == 0
     assert _policy.ce_rows(0, 768, 50257, 2, 4) == 0
 
 

@@ -205,16 +205,18 @@ def ce_rows(tokens, width, vocab, element_size, sum_size):
     road over hidden [tokens, width], or 0 for the chunk road. The block
     (rows a whole number of 16-byte units wide), the gradients summed in
     `sum_size` bytes (weight's, hidden's, bias's) and a padded copy of the
-    weight where needed fit in the logits' bytes (`element_size` each); the
-    blocks are as few and as even as fit, and each has at least
+    weight where needed fit in what compiled eager holds at its peak: the
+    logits and those gradients in the inputs' dtype (`element_size` each).
+    The blocks are as few and as even as fit, and each has at least
     CE_ROWS_MIN_PRODUCT rows x width."""
     if tokens * width < CE_ROWS_MIN_PRODUCT:
         return 0  # first, so that a compiled graph over few tokens guards on this alone
     padded = padded_vocab(vocab, element_size)
-    held = sum_size * (vocab * width + tokens * width + vocab)
+    grads = vocab * width + tokens * width + vocab
+    held = sum_size * grads
     if padded != vocab:
         held += padded * width * element_size
-    most = (tokens * vocab * element_size - held) // (padded * element_size)
+    most = (element_size * (tokens * vocab + grads) - held) // (padded * element_size)
     if most < 1:
         return 0
     rows = -(-tokens // -(-tokens // most))

@@ -29,8 +29,9 @@ RULES = {
                            "passes over it)", {"CE_CHUNK_BYTES_LOG2": 25}),
     "ce_rows": ("python", "in training with a mean or summed loss, linear_cross_entropy takes the tokens in "
                           "blocks of the whole vocabulary, its gradients in the forward (three GEMMs to the "
-                          "chunks' four), where the blocks fit, beside the gradients summed in fp32, in the "
-                          "bytes of the logits [tokens, vocab] in the inputs' dtype, as few and as even as fit, "
+                          "chunks' four), where the blocks fit, beside the gradients summed in fp32, in what "
+                          "compiled eager holds: the logits [tokens, vocab] and the gradients in the inputs' "
+                          "dtype; as few and as even as fit, "
                           "and a block's rows times hidden's width reach 2^{CE_ROWS_MIN_PRODUCT_LOG2} (a "
                           "narrower block's hidden-gradient GEMM leaves the GPU idle); the vocabulary in chunks "
                           "(ce_chunk) otherwise", {"CE_ROWS_MIN_PRODUCT_LOG2": 21}),

@@ -16,7 +16,7 @@ chunk's rows of weight's gradient, whole, and hidden's gradient, summed
 over chunks in fp32. Nothing synchronises with the GPU.
 
 The rows road (rule ce_rows: in training, a mean or summed loss, where it
-fits in the logits' bytes): the tokens in blocks, each over the whole
+fits in what compiled eager holds): the tokens in blocks, each over the whole
 vocabulary, so that each row's log-sum-exp precedes its gradient; the
 forward computes the loss and every gradient (linear_ce_rows: per block the
 logits, hidden's rows of gradient and weight's share, summed in fp32) and
