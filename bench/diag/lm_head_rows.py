@@ -79,6 +79,8 @@ def main():
 
         def eager(h, w, t):
             return F.cross_entropy(F.linear(h, w), t)
+        # Each case compiled afresh: the same code at a second case's shapes compiles dynamic (slower) kernels.
+        torch._dynamo.reset()
         rule = _policy.ce_rows(tokens, width, vocab, 2, 4)
         fns = {"eager": step(eager, hidden, weight, target),
                "compile": step(torch.compile(eager), hidden, weight, target),
