@@ -1,11 +1,14 @@
 // What the LM loss's two loops (linear_ce_chunks.cpp over the vocabulary,
-// linear_ce_rows.cpp over the tokens) share: their operands' checks and
-// the one product summed in fp32.
+// linear_ce_rows.cpp over the tokens) share: their operands' checks, the
+// logits padded to 16-byte rows, and the one product summed in fp32.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace gemm_act {
 namespace ce {
@@ -44,6 +47,36 @@ inline void check_gradient(const std::optional<at::Tensor>& grad, const at::Tens
                    " must be floating-point, got ", grad->scalar_type());
   TORCH_CHECK_VALUE(grad->device() == like.device() && grad->is_contiguous(), op, ": ", name,
                     " is written in place and must be contiguous on ", like.device());
+}
+
+// `width` columns of `element_size` bytes rounded up to a whole number of
+// 16-byte units (as _policy.padded_vocab): cuBLAS runs its unaligned kernels
+// where a GEMM's contiguous dimension is not such a number (GPT-2's 50,257).
+inline int64_t padded_width(int64_t width, int64_t element_size) {
+  const int64_t unit = std::max<int64_t>(1, 16 / element_size);
+  return (width + unit - 1) / unit * unit;
+}
+
+// t (weight rows [V, D] or bias [V]) with zero rows after, to `to` rows.
+inline at::Tensor with_zero_rows(const at::Tensor& t, int64_t to) {
+  const int64_t pad = to - t.size(0);
+  if (pad == 0) return t;
+  std::vector<int64_t> sides(2 * t.dim(), 0);
+  sides.back() = pad;  // the pairs run from the last dimension: the first's end
+  return at::constant_pad_nd(t, sides, 0);
+}
+
+// out = hidden @ w_rows.T (+ bias_rows) in hidden's dtype, as F.linear writes
+// it: the bias a 1-D addmm operand, added before the one rounding (on CUDA
+// cuBLASLt's bias epilogue; a 2-D broadcast C is copied in and rounded
+// twice, and takes twice the time: docs/MEASUREMENTS.md, session 70).
+inline void logits_into(at::Tensor& out, const at::Tensor& hidden, const at::Tensor& w_rows,
+                        const std::optional<at::Tensor>& bias_rows) {
+  if (bias_rows.has_value()) {
+    at::addmm_out(out, *bias_rows, hidden, w_rows.t());
+  } else {
+    at::mm_out(out, hidden, w_rows.t());
+  }
 }
 
 // out = a @ b, or out += a @ b where `add`, summed in out's dtype: fp32 for

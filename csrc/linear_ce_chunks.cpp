@@ -22,48 +22,35 @@ constexpr const char* kForward = "linear_ce_chunks_forward";
 constexpr const char* kBackward = "linear_ce_chunks_backward";
 
 // The chunks' logits live in one buffer, one chunk held at a time, each row
-// a whole number of 16-byte units wide. cuBLAS runs its unaligned kernels
-// where a GEMM's contiguous dimension is not such a number (GPT-2's last
-// chunk, 50,257 - 24 * 2048 columns), so a chunk that is not runs its GEMMs
-// over that padded width: its weight (and bias) rows with zero rows after,
-// its logits' padding columns zero and never read by the chunk passes.
+// a whole number of 16-byte units wide (padded_width: GPT-2's last chunk is
+// 50,257 - 24 * 2048 columns), so a chunk that is not runs its GEMMs over
+// that padded width: its weight (and bias) rows with zero rows after, its
+// logits' padding columns zero and never read by the chunk passes.
 struct Chunks {
   at::Tensor buffer;
-  int64_t tokens, vocab, chunk, per_16_bytes;
+  int64_t tokens, vocab, chunk, element_size;
 
   Chunks(const at::Tensor& hidden, int64_t vocab, int64_t chunk)
       : tokens(hidden.size(0)), vocab(vocab), chunk(std::min(chunk, std::max<int64_t>(vocab, 1))),
-        per_16_bytes(std::max<int64_t>(1, 16 / hidden.element_size())) {
-    buffer = at::empty({tokens * padded(this->chunk)}, hidden.options());
+        element_size(hidden.element_size()) {
+    buffer = at::empty({tokens * padded_width(this->chunk, element_size)}, hidden.options());
   }
-  int64_t padded(int64_t width) const { return (width + per_16_bytes - 1) / per_16_bytes * per_16_bytes; }
   int64_t width(int64_t v0) const { return std::min(chunk, vocab - v0); }
 
   // Rows [v0, v0 + width) of t (weight or bias), zero rows after up to the padded width.
   at::Tensor rows(const at::Tensor& t, int64_t v0) const {
-    const int64_t w = width(v0), pad = padded(w) - w;
-    const at::Tensor part = t.narrow(0, v0, w);
-    if (pad == 0) return part;
-    std::vector<int64_t> sides(2 * t.dim(), 0);
-    sides.back() = pad;  // the pairs run from the last dimension: the first's end
-    return at::constant_pad_nd(part, sides, 0);
+    const int64_t w = width(v0);
+    return with_zero_rows(t.narrow(0, v0, w), padded_width(w, element_size));
   }
 
-  // The logits of columns [v0, v0 + padded width) in hidden's dtype, as
-  // F.linear writes them: the bias a 1-D addmm operand, added before the one
-  // rounding (on CUDA cuBLASLt's bias epilogue; a 2-D broadcast C is copied
-  // in and rounded twice, and takes twice the time: docs/MEASUREMENTS.md,
-  // session 70). The chunk's own columns are the first width(v0); `w_rows`
-  // is rows(weight, v0).
+  // The logits of columns [v0, v0 + padded width) (logits_into). The chunk's
+  // own columns are the first width(v0); `w_rows` is rows(weight, v0).
   at::Tensor logits(const at::Tensor& hidden, const at::Tensor& w_rows,
                     const std::optional<at::Tensor>& bias, int64_t v0) {
     const int64_t ld = w_rows.size(0);
     at::Tensor z = buffer.narrow(0, 0, tokens * ld).view({tokens, ld});
-    if (bias.has_value()) {
-      at::addmm_out(z, rows(*bias, v0), hidden, w_rows.t());
-    } else {
-      at::mm_out(z, hidden, w_rows.t());
-    }
+    logits_into(z, hidden, w_rows,
+                bias.has_value() ? std::optional<at::Tensor>(rows(*bias, v0)) : std::nullopt);
     return z;
   }
 };

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "linear_ce.h"
 #include "op_handles.h"
@@ -21,15 +20,6 @@ namespace {
 using namespace ce;
 
 constexpr const char* kRows = "linear_ce_rows";
-
-// t (weight [V, D] or bias [V]) with zero rows after, to `to` rows.
-at::Tensor padded_rows(const at::Tensor& t, int64_t to) {
-  const int64_t pad = to - t.size(0);
-  if (pad == 0) return t;
-  std::vector<int64_t> sides(2 * t.dim(), 0);
-  sides.back() = pad;  // the pairs run from the last dimension: the first's end
-  return at::constant_pad_nd(t, sides, 0);
-}
 
 void check_sums(const at::Tensor& t, const at::Tensor& hidden, const char* name) {
   TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == hidden.size(0), kRows, ": ", name, " must be [",
@@ -58,10 +48,8 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
   TORCH_CHECK_VALUE(!grad_bias.has_value() || bias.has_value(), kRows, ": grad_bias needs a bias");
   if (bias.has_value()) check_gradient(grad_bias, *bias, false, kRows, "grad_bias");
   const int64_t tokens = hidden.size(0), vocab = weight.size(0);
-  // The block's rows a whole number of 16-byte units wide: cuBLAS runs its
-  // unaligned kernels otherwise (as the chunk loop's padded last chunk).
-  const int64_t unit = std::max<int64_t>(1, 16 / hidden.element_size());
-  const int64_t width = (vocab + unit - 1) / unit * unit;
+  // The block's rows a whole number of 16-byte units wide, as the chunk loop's padded last chunk.
+  const int64_t width = padded_width(vocab, hidden.element_size());
   // weight's gradient [vocab or width, D]: with the padded rows, its GEMM's
   // contiguous dimension is a whole number of 16-byte units (cuBLAS's
   // unaligned kernels otherwise); they sum to zero.
@@ -80,9 +68,9 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
     if (grad_bias.has_value()) grad_bias->zero_();
     return;
   }
-  const at::Tensor w = padded_rows(weight, width);
+  const at::Tensor w = with_zero_rows(weight, width);
   const std::optional<at::Tensor> b =
-      bias.has_value() ? std::optional<at::Tensor>(padded_rows(*bias, width)) : std::nullopt;
+      bias.has_value() ? std::optional<at::Tensor>(with_zero_rows(*bias, width)) : std::nullopt;
   const int64_t block = std::min(rows, tokens);
   const at::Tensor buffer = at::empty({block, width}, hidden.options());
   const at::ScalarType acc = lse.scalar_type();
@@ -90,12 +78,7 @@ void linear_ce_rows(const at::Tensor& hidden, const at::Tensor& weight,
     const int64_t r = std::min(block, tokens - r0);
     const at::Tensor h = hidden.narrow(0, r0, r);
     at::Tensor padded = buffer.narrow(0, 0, r);
-    // The logits as F.linear writes them: the bias added before the one rounding.
-    if (b.has_value()) {
-      at::addmm_out(padded, *b, h, w.t());
-    } else {
-      at::mm_out(padded, h, w.t());
-    }
+    logits_into(padded, h, w, b);
     const at::Tensor z = padded.narrow(1, 0, vocab);
     const at::Tensor t = target.narrow(0, r0, r), l = lse.narrow(0, r0, r);
     op::ce_chunk_forward().call(z, t, 0, softcap, l, target_logit.narrow(0, r0, r),
