@@ -147,6 +147,29 @@ def _check_rule():
 
 
 @requires_cuda
+def test_explain_names_the_tma_source_twin_cuda():
+    """Rule tma_source: with a C of contiguous 16-byte-aligned rows the sm90
+    heuristic runs its tile's tmac twin; with any other C, or none, the tile."""
+    if "sm90" not in tga.testing.cuda_backends() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family runs on compute capability 9.0 only")
+    a, w = random_operands(2048, 1024, 2048, torch.bfloat16, "cuda")
+    bias = torch.randn(2048, dtype=torch.bfloat16, device="cuda")
+    rows = torch.randn(2048, 2048, dtype=torch.bfloat16, device="cuda")
+    plain = {}
+    with tga.testing.override(cuda_backend=""):
+        for act in ("gelu", "none"):
+            plain[act] = tga.explain(a, w.t(), bias, activation=act)
+            assert plain[act].startswith("sm90: ") and "_tmac" not in plain[act], plain
+            twin = tga.explain(a, w.t(), bias, rows, activation=act, beta=1.0)
+            assert twin == plain[act].replace(",", "_tmac,", 1), (plain, twin)
+    odd = torch.randn(2048 * 2048 + 1, dtype=torch.bfloat16, device="cuda")[1:].view(2048, 2048)
+    with tga.testing.override(cuda_backend=""):
+        for act in ("gelu", "none"):
+            for other in (rows.t(), odd, rows[0].expand(2048, 2048)):
+                assert tga.explain(a, w.t(), bias, other, activation=act, beta=1.0) == plain[act], act
+
+
+@requires_cuda
 def test_explain_under_autocast_sees_the_cast_cuda():
     a, w = random_operands(64, 136, 200, torch.float32, "cuda")
     with tga.testing.override(cuda_backend="library"), torch.autocast("cuda", dtype=torch.bfloat16):

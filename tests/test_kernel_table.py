@@ -49,6 +49,15 @@ def test_names_say_what_the_configuration_is(table):
         assert ("_s1" in r.name) == (r.store_stages == 1)
         assert ("_dact" in r.name) == (r.op == "gemm_dact")
         assert ("_glu" in r.name) == (r.op == "gemm_glu")
+        assert ("_tmac" in r.name) == (r.source == "tma")
+
+
+def test_each_tmac_row_is_the_twin_of_its_gmem_row(table):
+    rows = table.rows_with()
+    twins = {r.name: table.tma_twin(r, rows) for r in rows}
+    tmac = [r.name for r in rows if r.source == "tma"]
+    assert tmac and sorted(t for r, t in twins.items() if t != r) == sorted(tmac)
+    assert all(twins[name.removesuffix("_tmac")] == name for name in tmac)
 
 
 def test_generation_is_stable_and_removes_stale_units(table, tmp_path):
@@ -80,6 +89,10 @@ def test_bad_rows_are_refused(table):
     bad = table.Sm90Config("pingpong_1x1_c1x1", "pingpong", (1, 1), (1, 1), (1, 1), (("f32", "nmajor"),))
     with pytest.raises(ValueError, match=r"no such target \(f32, nmajor\)"):
         table.rows_with([bad])
+    base = next(r for r in table.CONFIGS if r.name == "cooperative_256x128_c2x1")
+    wider = table.replace(base, name=base.name + "_tmac", source="tma", targets=(("f32", "kmajor"),))
+    with pytest.raises(ValueError, match=r"a tmac twin has source 'tma', cooperative_256x128_c2x1's op"):
+        table.rows_with([wider])
 
 
 def test_sm80_table_generates_one_unit_per_target(tmp_path):

@@ -188,6 +188,42 @@ def test_each_sm90_kernel_forced_cuda():
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sm90_tma_source_kernels_forced_cuda(dtype):
+    """Each sm90 configuration that loads C through TMA (tmac), forced: C
+    contiguous rows (ragged M and N, alpha, beta, a bias, Z), against float64
+    and poisoned outputs; C in a wider buffer; no C; and C it cannot address
+    (an odd offset, transposed, broadcast rows) refused by name."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU")
+    names = [k["name"] for k in tga.testing.kernels("sm90")
+             if k["name"].endswith("_tmac") and k["dtype"] == {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]]
+    assert names, "the build lists no tmac configuration"
+    m, k, n = 200, 1096, 392
+    a, w = random_operands(m, k, n, dtype, "cuda")
+    bias = torch.randn(n, dtype=dtype, device="cuda")
+    wide = torch.randn(m, n + 24, dtype=dtype, device="cuda")
+    cs = {"contiguous": torch.randn(m, n, dtype=dtype, device="cuda"), "rows of a wider buffer": wide[:, :n],
+          "none": None}
+    refused = {"odd offset": torch.randn(m * n + 1, dtype=dtype, device="cuda")[1:].view(m, n),
+               "transposed": torch.randn(n, m, dtype=dtype, device="cuda").t(),
+               "broadcast rows": torch.randn(n, dtype=dtype, device="cuda").expand(m, n)}
+    for name in names:
+        with tga.testing.override(sm90_kernel=name, cuda_backend="sm90", poison_outputs=True):
+            for c in cs.values():
+                beta = 0.75 if c is not None else 0.0
+                y, z = tga.gemm_act(a, w.t(), bias, c, activation="gelu", alpha=1.25, beta=beta,
+                                    return_preact=True)
+                y_ref, z_ref = reference64(a, w.t(), bias, c, activation="gelu", alpha=1.25, beta=beta)
+                assert_close(y, y_ref, dtype)
+                assert_close(z, z_ref, dtype)
+            for c in refused.values():
+                with pytest.raises(RuntimeError, match=rf"'{name}' cannot run this case \(the configuration loads C "
+                                                       r"through TMA"):
+                    tga.gemm_act(a, w.t(), bias, c, activation="gelu", beta=0.75)
+
+
+@requires_cuda
 def test_each_sm80_kernel_forced_cuda():
     """Every compiled sm80 configuration, forced (on any GPU from sm_80 on),
     on ragged cases of its dtype and B layout with every bias kind, C and Z:

@@ -4,7 +4,9 @@ GEMM's epilogue) and torch.addmm with r as C (cuBLAS's), forward and forward
 + backward, at the out-projections of the model benchmark's blocks (Llama's
 o_proj and down_proj, ViT-L's proj and fc2, GPT-2's), bf16, medians of
 triton's do_bench; with each result's largest error from float64 and what
-gemm_act runs there (explain).
+gemm_act runs there (explain). Then the forward with each sm90
+configuration of FORCED forced: C read from global memory by each thread
+against C loaded through TMA (the tmac configurations), each with its error.
 
     python bench/diag/residual_epilogue.py
 """
@@ -18,6 +20,9 @@ from torch_gemm_act import ops
 from torch_gemm_act.activations import IDENTITY
 
 # name: (tokens, in, out, bias), the model benchmark's sizes (bench/whole.py).
+# sm90 configurations timed forced, each C road at two tiles.
+FORCED = ("cooperative_128x256_c1x2", "cooperative_128x256_c1x2_tmac", "pingpong_128x128_c1x2",
+          "pingpong_128x128_c1x2_tmac")
 SHAPES = {"llama_o": (8192, 2048, 2048, False), "llama_down": (8192, 8192, 2048, False),
           "vit_proj": (12608, 1024, 1024, True), "vit_fc2": (12608, 4096, 1024, True),
           "gpt2_attn": (8192, 768, 768, True), "gpt2_mlp": (8192, 3072, 768, True)}
@@ -59,6 +64,16 @@ def main():
               f"({tf / te:.3f}) addmm {ta * 1e3:7.1f} ({ta / te:.3f}) | train eager {tte * 1e3:7.1f} fused "
               f"{ttf * 1e3:7.1f} ({ttf / tte:.3f}) | err eager {e_err:.3g} fused {f_err:.3g} | "
               f"{tga.explain(x, w.t(), b, r, beta=1.0)}")
+        compiled = {k["name"] for k in tga.testing.kernels("sm90") if k["dtype"] == "bf16"}
+        for config in FORCED:
+            if config not in compiled:
+                print(f"{'':11s} {config}: not in this build")
+                continue
+            with tga.testing.override(sm90_kernel=config, cuda_backend="sm90"):
+                y = fused()
+                t = do_bench(fused, warmup=50, rep=300)
+            err = (y.double() - ref).abs().max().item()
+            print(f"{'':11s} {config:31s} fwd {t * 1e3:7.1f} us ({t / te:.3f} x eager's) err {err:.3g}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ struct CutlassConfig {
   static constexpr TileGeometry kGeometry = Spec::kGeometry;
   static constexpr int kStoreStages = Spec::kStoreStages;
   static constexpr bool kStoresZ = Spec::kStoresZ;
+  static constexpr bool kSourceTma = Spec::kSourceTma;
 
   using TileShape = cute::Shape<cute::Int<kGeometry.tile_m>, cute::Int<kGeometry.tile_n>,
                                 cute::Int<kGeometry.k_swizzle_rows * kSwizzleRow<Element>>>;

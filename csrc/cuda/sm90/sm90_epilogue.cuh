@@ -12,9 +12,11 @@
 //    stride (bias[n] or bias[0]) staged through shared memory;
 //  - bias per row: CUTLASS's column broadcast (bias[m], straight to registers);
 //  - C: GmemSourceFetch, straight from global memory, any strides, only when
-//    C exists. The collective's own TMA source path is off (ElementC = void):
-//    it would reserve shared memory for C in every launch and cost the
-//    mainloop a pipeline stage, for an operand the nn.Linear case never has.
+//    C exists, with the collective's own TMA source path off (ElementC =
+//    void): that path reserves shared memory for C in every launch and costs
+//    the mainloop a pipeline stage, for an operand the nn.Linear case never
+//    has. The `tmac` configurations take that path (TmaSourceFetch): C's
+//    loads overlap the mainloop, for contiguous 16-byte-aligned rows only.
 #pragma once
 
 #include "activations.h"
@@ -22,6 +24,7 @@
 #include "cuda/sm90/sm90_cutlass.cuh"
 #include "cuda/sm90/sm90_epilogue_functors.cuh"
 #include "cuda/sm90/sm90_source_fetch.cuh"
+#include "cuda/sm90/sm90_tma_source.cuh"
 #include "cuda/sm90/sm90_z_store.cuh"
 #include "gemm_act.h"
 #include "preact.h"
@@ -31,23 +34,25 @@ namespace sm90 {
 namespace detail {
 
 // The builder's collective epilogue with kStages store stages (its dispatch
-// policy's StagesD) where kStages > 0; the builder picks StagesD from the
-// subtile count alone.
-template <class Op, int kStages>
+// policy's StagesD) where kStages > 0, and kSourceStages stages of C where
+// kSourceStages > 0; the builder picks both from the subtile count alone
+// (four of C: a 128x256 tile's mainloop would keep two stages).
+template <class Op, int kStages, int kSourceStages>
 struct WithStoreStages {
   using type = Op;
 };
 template <int kStagesC, int kStagesD, int kFragment, bool kReuseSmemC, bool kDelayTmaStore,
-          int kStages, class... Rest>
+          int kStages, int kSourceStages, class... Rest>
 struct WithStoreStages<
     cutlass::epilogue::collective::CollectiveEpilogue<
         cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, kStagesD, kFragment, kReuseSmemC,
                                                   kDelayTmaStore>,
         Rest...>,
-    kStages> {
+    kStages, kSourceStages> {
   using type = cutlass::epilogue::collective::CollectiveEpilogue<
-      cutlass::epilogue::Sm90TmaWarpSpecialized<kStagesC, (kStages > 0 ? kStages : kStagesD),
-                                                kFragment, kReuseSmemC, kDelayTmaStore>,
+      cutlass::epilogue::Sm90TmaWarpSpecialized<(kSourceStages > 0 ? kSourceStages : kStagesC),
+                                                (kStages > 0 ? kStages : kStagesD), kFragment,
+                                                kReuseSmemC, kDelayTmaStore>,
       Rest...>;
 };
 
@@ -78,15 +83,20 @@ struct EpilogueParts {
              typename AuxDesc::SmemLayoutAtom, typename AuxDesc::CopyOpR2S, kAlignment>,
       Input>;
 
+  // C through the collective's TMA source path (tmac), or none (GmemSourceFetch reads it).
+  using ElementC = cute::conditional_t<Config::kSourceTma, Element, void>;
+  // C double-buffered: one subtile read while the next loads; Y's buffers reuse them.
+  static constexpr int kSourceStages = Config::kSourceTma ? 2 : 0;
+
   template <class Callbacks>
   using Collective = typename WithStoreStages<
       typename cutlass::epilogue::collective::CollectiveBuilder<
           cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape,
           typename Config::ClusterShape, typename Config::EpilogueTile, float, ElementCompute,
-          void, LayoutD, kAlignment,     // no TMA source: C comes through GmemSourceFetch
-          Element, LayoutD, kAlignment,  // D = Y
+          ElementC, LayoutD, kAlignment,  // C [M, N] rows, where it comes through TMA
+          Element, LayoutD, kAlignment,   // D = Y
           EpilogueSchedule, Callbacks>::CollectiveOp,
-      Config::kStoreStages>::type;
+      Config::kStoreStages, kSourceStages>::type;
 };
 
 template <class Config, class Element, Activation kAct>
@@ -96,7 +106,8 @@ struct GemmActEpilogue {
   using TileShape = typename Config::TileShape;
 
   // The tree, leaves first.
-  using SourceC = GmemSourceFetch<Element>;
+  using SourceC = cute::conditional_t<Config::kSourceTma, TmaSourceFetch<Element>,
+                                      GmemSourceFetch<Element>>;
   using RowBcast = fusion::Sm90RowBroadcast<0, TileShape, Element, ElementCompute,
                                             Stride<_0, bool, int64_t>>;  // bias[n] or bias[0]
   using ColBcast = fusion::Sm90ColBroadcast<0, TileShape, Element, ElementCompute,
@@ -119,9 +130,15 @@ struct GemmActEpilogue {
     const auto* bias = static_cast<const Element*>(p.bias);
     const PreactTerms<float> terms{static_cast<float>(p.alpha), static_cast<float>(p.beta),
                                    p.c != nullptr, column_bias, row_bias};
+    typename SourceC::Arguments source{};
+    if constexpr (Config::kSourceTma) {
+      source.enabled = p.c != nullptr;  // its pointer and strides: gemm_arguments
+    } else {
+      source = {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n};
+    }
     const typename Preact::Arguments preact{
         {},                                                                        // acc
-        {static_cast<const Element*>(p.c), p.c_stride_m, p.c_stride_n},            // C
+        source,                                                                    // C
         {column_bias ? bias : nullptr, Element(0),
          {_0{}, bias_kind == BiasKind::PerColumn, int64_t(0)}},                     // bias[n] / bias[0]
         {row_bias ? bias : nullptr, Element(0), {}},                               // bias[m]

@@ -182,7 +182,8 @@ KernelConfig gemm_act_config(const GemmActParams& p, Dtype dtype, BLayout layout
   if (!tuned_name.empty()) {
     const KernelConfig tuned = config_named(tuned_name);
     if (config_op(tuned) == KernelOp::GemmAct && is_compiled(tuned, dtype, layout) &&
-        (p.z == nullptr || config_stores_z(tuned))) {
+        (p.z == nullptr || config_stores_z(tuned)) &&
+        (p.c == nullptr || !config_source_tma(tuned) || c_fits_tma(p, 16 / element_bytes(dtype)))) {
       return tuned;
     }
   }

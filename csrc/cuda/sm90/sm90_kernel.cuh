@@ -13,6 +13,7 @@
 #include "cuda/sm90/sm90_launch.h"
 #include "cuda/sm90/sm90_launch_template.cuh"
 #include "cuda/sm90/sm90_mainloop.cuh"
+#include "cuda/sm90/sm90_tma_rules.h"
 
 namespace gemm_act {
 namespace sm90 {
@@ -32,6 +33,11 @@ struct GemmActKernel {
   static LaunchResult run(const LaunchArgs& la) {
     if (!Config::kStoresZ && la.params->z != nullptr) {  // only where the configuration was forced
       return {LaunchStatus::kUnknownConfig, cudaSuccess, "the configuration stores no Z"};
+    }
+    if (Config::kSourceTma && la.params->c != nullptr &&
+        !c_fits_tma(*la.params, Epilogue::Parts::kAlignment)) {  // only where forced, as above
+      return {LaunchStatus::kUnknownConfig, cudaSuccess,
+              "the configuration loads C through TMA: contiguous rows aligned to 16 bytes only"};
     }
     return launch_gemm<Kernel>(
         gemm_arguments<Kernel, kB, Element>(la, Epilogue::arguments(*la.params)), la);

@@ -3,8 +3,8 @@ that turns them into C++ at build time (setup.py calls `generate`).
 
 Each row is a configuration named by what it is: schedule, CTA tile, K depth
 per pipeline stage (k2: two 128-byte swizzle rows, else one), cluster,
-shared-memory store buffers (s1: one each for Y and Z), and noz where it
-has no Z store at all. Its targets are the (dtype, B layout) pairs it is
+shared-memory store buffers (s1: one each for Y and Z), noz where it
+has no Z store at all, and tmac where C comes through TMA. Its targets are the (dtype, B layout) pairs it is
 compiled for; each target is one small translation unit holding one kernel
 per activation, so the build runs them in parallel. The generated header
 `sm90_kernel_table.h` gives the entry and the heuristic (C++) the names,
@@ -44,6 +44,11 @@ class Sm90Config:
     k_swizzle_rows: int = 1       # K per pipeline stage, in swizzle rows
     store_stages: int = 0         # buffers each for Y and Z; 0: CUTLASS's builder's choice
     stores_z: bool = True
+    # How the epilogue reads C: "gmem", each thread its own elements straight
+    # from global memory (any strides, no shared memory); "tma", the producer
+    # warp loads each subtile of C into shared memory while the consumers run
+    # the tile's mainloop (C contiguous rows aligned to 16 bytes only).
+    source: str = "gmem"
     # What the kernel computes: "gemm_act" (the forward), "gemm_dact" (the
     # input gradient through the layer before's activation,
     # sm90_dact_kernel.cuh) or "gemm_glu" (a gated MLP's projections and
@@ -78,6 +83,12 @@ CONFIGS = (
     # M <= 64.
     Sm90Config("pingpong_64x128_k2_c1x1", "pingpong", (64, 128), (1, 1), (64, 32),
                (BF16_K, F16_K), k_swizzle_rows=2),
+    # The residual form Linear(x) + bias + residual: C loaded by TMA, hidden
+    # behind the mainloop, at the default tile and at ping-pong's.
+    Sm90Config("cooperative_128x256_c1x2_tmac", "cooperative", (128, 256), (1, 2), (128, ROW),
+               (BF16_K, F16_K), source="tma"),
+    Sm90Config("pingpong_128x128_c1x2_tmac", "pingpong", (128, 128), (1, 2), (64, ROW),
+               (BF16_K, F16_K), source="tma"),
     # gemm_dact, the MLP backward's fused dZ1 = (dZ2 @ W2) * act'(Z1): the
     # forward's default tile; an nn.Linear's W2 is the N-major B, Conv1D's
     # the K-major one.
@@ -109,11 +120,14 @@ def rows_with(extra_rows=(), extra_targets=None):
         i = names.index(name)
         rows[i] = replace(rows[i], targets=tuple(rows[i].targets) + tuple(targets))
     for r in rows:
+        if r.source not in ("gmem", "tma") or (r.source == "tma" and r.op != "gemm_act"):
+            raise ValueError(f"{r.name}: source {r.source!r}; expected 'gmem', or 'tma' for a gemm_act row")
         if r.op not in OPS:
             raise ValueError(f"{r.name}: no such op {r.op!r}; expected one of {sorted(OPS)}")
         for dtype, layout in r.targets:
             if dtype not in DTYPES or layout not in LAYOUTS or (dtype == "f32" and layout != "kmajor"):
                 raise ValueError(f"{r.name}: no such target ({dtype}, {layout})")
+        tma_twin(r, rows)
     return rows
 
 
@@ -126,6 +140,7 @@ def _spec(r):
         f"  static constexpr int kEpilogueM = {r.epilogue_tile[0]}, kEpilogueN = {r.epilogue_tile[1]};",
         f"  static constexpr int kStoreStages = {r.store_stages};",
         f"  static constexpr bool kStoresZ = {'true' if r.stores_z else 'false'};",
+        f"  static constexpr bool kSourceTma = {'true' if r.source == 'tma' else 'false'};",
         f"  static constexpr int kAssembly = {r.assembly};",
     ]
     lines += [f"  static constexpr int {k} = {v};" for k, v in r.extra.items()]
@@ -136,6 +151,19 @@ def _switch(fn, ret, rows, expr, default):
     cases = "\n".join(f"    case KernelConfig::{r.name}:\n      return {expr(r)};" for r in rows)
     return (f"constexpr {ret} {fn}(KernelConfig c) {{\n  switch (c) {{\n{cases}\n  }}\n"
             f"  return {default};\n}}")
+
+
+def tma_twin(r, rows):
+    """The name of r's twin that loads C through TMA (rule tma_source; the
+    heuristic finds it by the same name, config_tma_twin): the row named
+    r.name + "_tmac", where there is one; r's own name otherwise."""
+    twin = next((t for t in rows if t.name == f"{r.name}_tmac"), None)
+    if twin is None or r.source != "gmem":
+        return r.name
+    if twin.source != "tma" or twin.op != r.op or not set(twin.targets) <= set(r.targets):
+        raise ValueError(f"{twin.name}: source {twin.source!r}, op {twin.op!r}, targets {twin.targets}; a tmac "
+                         f"twin has source 'tma', {r.name}'s op {r.op!r} and a subset of its targets {r.targets}")
+    return twin.name
 
 
 def table_header(rows):
@@ -163,6 +191,8 @@ def table_header(rows):
                 lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kGeometry", "TileGeometry{}") + "\n",
         _switch("config_stores_z", "bool", rows,
                 lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kStoresZ", "false") + "\n",
+        _switch("config_source_tma", "bool", rows,
+                lambda r: f"ConfigSpec<KernelConfig::{r.name}>::kSourceTma", "false") + "\n",
         _switch("config_op", "KernelOp", rows, lambda r: f"KernelOp::{OPS[r.op][0]}", "KernelOp::GemmAct") + "\n",
         "constexpr const char* op_name(KernelOp op) {\n  switch (op) {\n" +
         "".join(f'    case KernelOp::{e}:\n      return "{name}";\n' for name, (e, _, _) in OPS.items()) +

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda/sm90/sm90_cutlass.cuh"
 #include "cuda/sm90/sm90_launch.h"
@@ -53,7 +54,17 @@ typename Kernel::Arguments gemm_arguments(const LaunchArgs& la, const FusionArgu
                                                      static_cast<int>(p.k), 1);
   args.mainloop = {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b),
                    stride_b};
-  args.epilogue = {fusion_args, nullptr, StrideC{}, static_cast<Element*>(p.y), stride_d};
+  // C's pointer and strides for the collective's TMA source path, where the kernel has one (tmac).
+  using ElementC = typename Kernel::CollectiveEpilogue::ElementC;
+  const ElementC* c = nullptr;
+  StrideC stride_c{};
+  if constexpr (!std::is_void_v<ElementC>) {
+    if (p.c != nullptr) {
+      c = static_cast<const ElementC*>(p.c);
+      stride_c = StrideC{p.c_stride_m, _1{}, int64_t(0)};
+    }
+  }
+  args.epilogue = {fusion_args, c, stride_c, static_cast<Element*>(p.y), stride_d};
   args.hw_info.device_id = la.device;
   args.hw_info.sm_count = la.sm_count;
   args.scheduler.max_swizzle_size = la.max_swizzle;

@@ -1,6 +1,7 @@
 // What an EVT leaf of this project's shares when it works from registers and
-// global memory alone (GmemSourceFetch, GluStore): run-time arguments that
-// are its parameters, no shared memory, workspace or producer loads.
+// global memory alone (GmemSourceFetch, GluStore; TmaSourceFetch, whose C the
+// collective loads): run-time arguments that are its parameters, no shared
+// memory, workspace or producer loads of its own.
 #pragma once
 
 #include "cuda/sm90/sm90_cutlass.cuh"
@@ -49,6 +50,19 @@ struct RegisterLeaf {
     return fusion::EmptyProducerLoadCallbacks{};
   }
 };
+
+// The epi_v-th fragment of FragmentSize elements of the register tensor t as
+// float, or zeros where the leaf is off: what a C leaf hands the tree.
+template <int FragmentSize, class RTensor>
+CUTLASS_DEVICE cutlass::Array<float, FragmentSize> fragment_as_float(RTensor const& t, int epi_v,
+                                                                     bool enabled) {
+  cutlass::Array<float, FragmentSize> out;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < FragmentSize; ++i) {
+    out[i] = enabled ? static_cast<float>(t(epi_v * FragmentSize + i)) : 0.0f;
+  }
+  return out;
+}
 
 }  // namespace detail
 }  // namespace sm90

@@ -51,12 +51,7 @@ struct GmemSourceFetch : RegisterLeaf<GmemSourceFetchArguments<Element>> {
     template <class ElementAccumulator, int FragmentSize>
     CUTLASS_DEVICE cutlass::Array<float, FragmentSize> visit(
         cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v, int, int) {
-      cutlass::Array<float, FragmentSize> out;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < FragmentSize; ++i) {
-        out[i] = enabled ? static_cast<float>(tCrC(epi_v * FragmentSize + i)) : 0.0f;
-      }
-      return out;
+      return fragment_as_float<FragmentSize>(tCrC, epi_v, enabled);
     }
   };
 

@@ -6,7 +6,7 @@
 // extent of each contiguous dimension (CUTLASS's can_implement asks the same
 // of K, and of N for Y, Z and a row-major B). C (any strides, any alignment)
 // and the bias (contiguous, any alignment) are read element-wise by the
-// epilogue and have no rules here.
+// epilogue, but for the tmac configurations' C (c_fits_tma).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,13 @@ inline std::optional<BLayout> b_fits_tma(const GemmActParams& p, int64_t align, 
 // Y and Z: contiguous [M, N], so N is their leading dimension.
 inline bool outputs_fit_tma(const GemmActParams& p, int64_t align) {
   return p.n % align == 0 && aligned16(p.y) && (p.z == nullptr || aligned16(p.z));
+}
+
+// C [M, N] where a tmac configuration loads it through TMA: N contiguous,
+// rows an aligned stride no smaller than N.
+inline bool c_fits_tma(const GemmActParams& p, int64_t align) {
+  return p.n % align == 0 && p.c_stride_n == 1 && p.c_stride_m % align == 0 && p.c_stride_m >= p.n &&
+         aligned16(p.c);
 }
 
 }  // namespace sm90
