@@ -157,7 +157,7 @@ def draw_gemm_act(rng, device):
     if bias == "row_lead" and not nd:
         bias = "row"
     p["bias"] = bias
-    p["c"] = rng.choice(("none", "none", "contiguous", "transposed", "offset", "expand_row", "expand_col",
+    p["c"] = rng.choice(("none", "wide_rows", "contiguous", "transposed", "offset", "expand_row", "expand_col",
                          "expand_all"))
     p["alpha"] = rng.choice((1.0, 1.0, 0.5, -2.0, 1.7))
     p["beta"] = 0.0 if p["c"] == "none" else rng.choice((0.0, 1.0, 0.7, -1.5))

@@ -209,6 +209,7 @@ def build_gemm_act(case, data):
     c = {
         "none": lambda: None,
         "contiguous": lambda: data.randn(*out_shape, dtype=dtype),
+        "wide_rows": lambda: data.randn(*lead, n + 8, dtype=dtype)[..., :n],  # rows of a wider buffer
         "transposed": lambda: data.matrix(m, n, "transposed", dtype).reshape(out_shape) if len(lead) == 1 else
         data.input(lead, n, "permuted", dtype),
         "offset": lambda: data.matrix(m, n, "offset", dtype).view(out_shape),
