@@ -41,7 +41,7 @@ import harness  # noqa: E402  (source ids, the timer, the repository on sys.path
 import lm_head  # noqa: E402  (the linear_ce_* cases)
 import whole  # noqa: E402  (the whole_* cases)
 from compiled import contenders, first_call, generated_code  # noqa: E402
-from op_contenders import rel_err  # noqa: E402
+from op_contenders import rel_err, rms_rel_err  # noqa: E402
 
 # name: (blocks, tokens, d_model, d_hidden, activation module name, dtype)
 CASES = {
@@ -280,6 +280,8 @@ def _check_whole(row, outs, ref, peers):
     ``peers_wrong``; the row's verdict is this project's contenders'."""
     err = {name: max(rel_err(g, r) for g, r in zip(out, ref)) for name, out in outs.items()}
     row["err_vs_fp32"] = err
+    # The same outputs' normwise error: whether ours is further from fp32 than eager's on the whole.
+    row["rms_err_vs_fp32"] = {name: max(rms_rel_err(g, r) for g, r in zip(out, ref)) for name, out in outs.items()}
     bound = max(whole.ERROR_FACTOR * err["eager"], 1e-5)
     ours = [e for name, e in err.items() if name != "eager" and name not in peers]
     row["max_rel_err"] = max(ours)
@@ -309,6 +311,9 @@ def table(rows):
                      f'{f / e:>10.3f}x {ratio(r, "compile_fusion", 13)} {ratio(r, "eager_copy", 10)} {mem:>14} '
                      f'{r["max_rel_err"]:.1e}{"" if r["correct"] else " WRONG"}'
                      + (f' (eager {r["err_vs_fp32"]["eager"]:.1e} from fp32)' if "err_vs_fp32" in r else "")
+                     + (" rms from fp32 ÷ eager's: " + ", ".join(
+                         f"{n} {v / max(r['rms_err_vs_fp32']['eager'], 1e-30):.2f}"
+                         for n, v in r["rms_err_vs_fp32"].items() if n != "eager") if "rms_err_vs_fp32" in r else "")
                      + peers + "".join(f" [{n}: WRONG]" for n in r.get("peers_wrong", ()))
                      + "".join(f" [{n}: {why}]" for n, why in {**r.get("peers_missing", {}),
                                                                  **r.get("peer_errors", {})}.items())

@@ -80,6 +80,23 @@ def rel_err(x, ref):
     return d / max(r, 1e-30)
 
 
+def rms_rel_err(x, ref):
+    """||x - ref|| / ||ref|| (Frobenius): every element's rounding counts,
+    where rel_err's one largest element depends on where each computation
+    happens to round. Float64; NaN -> inf."""
+    import torch
+
+    x, ref = x.detach().to(torch.float64), ref.detach().to(torch.float64)
+    if x.shape != ref.shape:
+        return float("inf")
+    d = torch.linalg.vector_norm(x - ref).item() if x.numel() else 0.0
+    r = torch.linalg.vector_norm(ref).item() if ref.numel() else 0.0
+    del x, ref
+    if not math.isfinite(d):
+        return float("inf")
+    return d / max(r, 1e-30)
+
+
 def torch_act(name, negative_slope=0.01):
     """The activation's PyTorch twin (torch_gemm_act.activations), as its
     forward function: no module-call overhead in the eager contender."""

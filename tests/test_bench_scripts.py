@@ -58,6 +58,9 @@ def test_whole_models_dry_run(tmp_path):
         assert {"eager", "fused"} <= set(r["ms"]) and set(r["ms"]) == set(r["peak_bytes"]), r
         assert set(r["err_vs_fp32"]) >= {"eager", "fused"} and r["correct"], r
         assert 0 < r["err_vs_fp32"]["eager"] < 0.05, r  # the fp32 copy is a different computation
+        # Beside it the normwise error, of the same contenders.
+        assert set(r["rms_err_vs_fp32"]) == set(r["err_vs_fp32"]), r
+        assert all(0 < e < 0.05 for e in r["rms_err_vs_fp32"].values()), r
         if r["case"] == "whole_llama":
             assert "liger" in {**r["ms"], **r.get("peers_missing", {}), **r.get("peer_errors", {})}, r
 
