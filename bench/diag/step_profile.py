@@ -8,7 +8,8 @@ kernel families whose time differs most between the two.
         [--contenders eager fused mlp head]
 
 Contenders: eager, fused (bench/whole.py's), mlp (fuse_linear_act alone),
-head (fuse_lm_loss alone); each after the first is compared with the first.
+head (fuse_lm_loss alone), liger (Liger-Kernel's Llama, where installed);
+each after the first is compared with the first.
 
 --cpu-dry-run runs a tiny model on the CPU (the script's plumbing, not its
 numbers: wall-clock times, the profiler's CPU events).
@@ -123,7 +124,16 @@ def _mlp(case, model):
     return torch_gemm_act.fuse_linear_act(model)
 
 
-CONTENDERS = {"eager": lambda case, model: model, "fused": whole.fuse, "mlp": _mlp, "head": whole.fuse_loss}
+def _liger(case, model):
+    found, missing = whole.peers(case, model)
+    if "liger" not in found:
+        raise SystemExit(f"step_profile: no liger contender for {case}: "
+                         f"{missing.get('liger', 'Liger-Kernel patches the Llama model only')}")
+    return found["liger"]
+
+
+CONTENDERS = {"eager": lambda case, model: model, "fused": whole.fuse, "mlp": _mlp, "head": whole.fuse_loss,
+              "liger": _liger}
 
 
 def families(kernels, own_time, steps):
