@@ -97,7 +97,7 @@ PyObject* cuda_arch_list(PyObject*, PyObject*) {
 #endif
 }
 
-// ((family, name, dtype, b_layout, stores_z, op), ...): every compiled
+// ((family, name, dtype, b_layout, stores_z, op, c_source), ...): every compiled
 // kernel configuration of the tensor-core families.
 PyObject* kernels(PyObject*, PyObject*) {
 #ifdef GEMM_ACT_WITH_CUDA
@@ -105,9 +105,10 @@ PyObject* kernels(PyObject*, PyObject*) {
   PyObject* out = PyTuple_New(static_cast<Py_ssize_t>(infos.size()));
   for (size_t i = 0; i < infos.size(); ++i) {
     const KernelInfo& k = infos[i];
-    PyTuple_SET_ITEM(out, i, Py_BuildValue("(ssssOs)", k.family.c_str(), k.name.c_str(),
+    PyTuple_SET_ITEM(out, i, Py_BuildValue("(ssssOss)", k.family.c_str(), k.name.c_str(),
                                            k.dtype.c_str(), k.b_layout.c_str(),
-                                           k.stores_z ? Py_True : Py_False, k.op.c_str()));
+                                           k.stores_z ? Py_True : Py_False, k.op.c_str(),
+                                           k.c_source.c_str()));
   }
   return out;
 #else
@@ -300,7 +301,7 @@ PyMethodDef kMethods[] = {
     {"cuda_backends", cuda_backends, METH_NOARGS, "the CUDA forward backends, in dispatch order"},
     {"cuda_arch_list", cuda_arch_list, METH_NOARGS, "the TORCH_CUDA_ARCH_LIST of this build"},
     {"kernels", kernels, METH_NOARGS,
-     "((family, name, dtype, b_layout, stores_z), ...) compiled in this build"},
+     "((family, name, dtype, b_layout, stores_z, op, c_source), ...) compiled in this build"},
     {"set_testing_overrides", set_testing_overrides, METH_VARARGS,
      "set_testing_overrides(cuda_backend, sm90_kernel, poison_outputs, sm80_kernel, sm90_swizzle); "
      "see torch_gemm_act.testing"},

@@ -170,7 +170,8 @@ def test_a_problem_is_timed_in_turns_and_the_table_restored(monkeypatch, dtype, 
 def test_the_candidates_are_the_backends_and_the_configurations_that_fit(key):
     """A problem's candidates: every built CUDA backend but SIMT, then each
     family configuration compiled for its dtype (fp32: with TF32 only) and B
-    layout (either, for a strided B) that stores Z where the problem does."""
+    layout (either, for a strided B) that stores Z where the problem does and
+    loads C through TMA only where the problem has a C."""
     p = tuning._parse(key)
     candidates = tuning._candidates(p)
     backends = [b for b in _C.cuda_backends() if b != "simt"]
@@ -179,7 +180,7 @@ def test_the_candidates_are_the_backends_and_the_configurations_that_fit(key):
     layouts = {"col": ("kmajor",), "row": ("nmajor",), "strided": ("kmajor", "nmajor")}[p["b"]]
     fits = {f"{k['family']}:{k['name']}" for k in tga.testing.kernels()
             if k["family"] in backends and k["dtype"] == dtype and k["b_layout"] in layouts
-            and (k["stores_z"] or p["z"] == "0")}
+            and (k["stores_z"] or p["z"] == "0") and (k["c_source"] == "gmem" or p["c"] == "1")}
     assert set(candidates[len(backends):]) == fits
     if dtype is None:
         assert candidates == backends

@@ -34,10 +34,11 @@ def cuda_backends():
 
 def kernels(family=None, op="gemm_act"):
     """The kernel configurations this build compiled: a tuple of dicts with
-    family, name, dtype, b_layout, stores_z and op, from the families' tables.
-    ``op``: the operator they compute ("gemm_act", "gemm_dact", "gemm_glu";
-    None: any)."""
-    rows = (dict(zip(("family", "name", "dtype", "b_layout", "stores_z", "op"), k)) for k in _C.kernels())
+    family, name, dtype, b_layout, stores_z, op and c_source (how the
+    epilogue reads C: "gmem" element-wise, "tma" through TMA), from the
+    families' tables. ``op``: the operator they compute ("gemm_act",
+    "gemm_dact", "gemm_glu"; None: any)."""
+    rows = (dict(zip(("family", "name", "dtype", "b_layout", "stores_z", "op", "c_source"), k)) for k in _C.kernels())
     return tuple(r for r in rows if (family is None or r["family"] == family) and
                  (op is None or r["op"] == op))
 

@@ -218,13 +218,13 @@ def _candidates(p):
     CUDA backends but the SIMT kernel, a tested fallback, and for each
     tensor-core family built, "family:configuration" for each gemm_act
     configuration compiled for the problem's dtype and B layout that stores Z
-    where the problem does."""
+    where the problem does and loads C through TMA only where it has a C."""
     backends = [name for name in _C.cuda_backends() if name != "simt"]
     dtype = _TABLE_DTYPES.get(p["dtype"]) if p["dtype"] != "fp32" or p["tf32"] == "1" else None
     layout = _TABLE_LAYOUTS.get(p["b"])  # strided: the family runs aligned copies, of either layout
     configs = [f"{k['family']}:{k['name']}" for k in _testing.kernels()
                if k["family"] in backends and k["dtype"] == dtype and layout in (None, k["b_layout"])
-               and (k["stores_z"] or p["z"] == "0")]
+               and (k["stores_z"] or p["z"] == "0") and (k["c_source"] != "tma" or p["c"] == "1")]
     return backends + list(dict.fromkeys(configs))
 
 

@@ -32,6 +32,7 @@ struct KernelInfo {
   std::string family, name, dtype, b_layout;
   bool stores_z = true;
   std::string op = "gemm_act";  // or "gemm_dact", "gemm_glu"
+  std::string c_source = "gmem";  // how the epilogue reads C: "gmem" element-wise, "tma" through TMA
 };
 
 // The backends in the order the dispatch rule tries them.

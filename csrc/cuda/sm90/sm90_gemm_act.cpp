@@ -414,7 +414,8 @@ std::vector<KernelInfo> compiled_kernels() {
 #define GEMM_ACT_SM90_INFO(C, D, L)                                                        \
   out.push_back({"sm90", config_name(KernelConfig::C), dtype_name(Dtype::D),               \
                  layout_name(BLayout::L), config_stores_z(KernelConfig::C),                \
-                 op_name(config_op(KernelConfig::C))});
+                 op_name(config_op(KernelConfig::C)),                                      \
+                 config_source_tma(KernelConfig::C) ? "tma" : "gmem"});
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_INFO)
