@@ -41,12 +41,13 @@ def split_band(cfg):
 
 
 def runs_case(cfg, dt, store_z, kernels):
-    """Whether configuration `cfg` exists for the case (weight.t(): a K-major B)."""
+    """Whether configuration `cfg` exists for the case (weight.t(): a K-major B; no C, so none that
+    loads C through TMA)."""
     cfg, _ = split_band(cfg)
     if cfg in ("auto", "library"):
         return True
     return any(k["name"] == cfg and k["dtype"] == SWEEP_DTYPES[dt] and k["b_layout"] == "kmajor"
-               and (k["stores_z"] or not store_z) for k in kernels)
+               and (k["stores_z"] or not store_z) and k["c_source"] == "gmem" for k in kernels)
 
 
 # (M, K, N, activation, store Z, dtype)
