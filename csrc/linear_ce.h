@@ -69,7 +69,7 @@ inline at::Tensor with_zero_rows(const at::Tensor& t, int64_t to) {
 // out = hidden @ w_rows.T (+ bias_rows) in hidden's dtype, as F.linear writes
 // it: the bias a 1-D addmm operand, added before the one rounding (on CUDA
 // cuBLASLt's bias epilogue; a 2-D broadcast C is copied in and rounded
-// twice, and takes twice the time: docs/MEASUREMENTS.md, session 70).
+// twice, and takes longer: docs/MEASUREMENTS.md, "the LM loss's chunk logits rounded twice").
 inline void logits_into(at::Tensor& out, const at::Tensor& hidden, const at::Tensor& w_rows,
                         const std::optional<at::Tensor>& bias_rows) {
   if (bias_rows.has_value()) {
