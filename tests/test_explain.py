@@ -149,7 +149,8 @@ def _check_rule():
 @requires_cuda
 def test_explain_names_the_tma_source_twin_cuda():
     """Rule tma_source: with a C of contiguous 16-byte-aligned rows the sm90
-    heuristic runs its tile's tmac twin; with any other C, or none, the tile."""
+    heuristic runs its tile's tmac twin (ping-pong's up to a K); with any
+    other C, or none, the tile."""
     if "sm90" not in tga.testing.cuda_backends() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm90 family runs on compute capability 9.0 only")
     a, w = random_operands(2048, 1024, 2048, torch.bfloat16, "cuda")
@@ -162,6 +163,16 @@ def test_explain_names_the_tma_source_twin_cuda():
             assert plain[act].startswith("sm90: ") and "_tmac" not in plain[act], plain
             twin = tga.explain(a, w.t(), bias, rows, activation=act, beta=1.0)
             assert twin == plain[act].replace(",", "_tmac,", 1), (plain, twin)
+    # The larger tile's twin gives way to ping-pong's up to K = MAX_TMA_SOURCE_PINGPONG_K (GPT-2's
+    # c_proj), not beyond (ViT-L's fc2).
+    max_k = tga._rules.NUMBERS["MAX_TMA_SOURCE_PINGPONG_K"]
+    with tga.testing.override(cuda_backend=""):
+        for k, tile in ((max_k, "pingpong_128x128_c1x2_tmac"), (max_k + 1024, "cooperative_128x256_c1x2_tmac")):
+            a3, w3 = random_operands(8192, k, 768, torch.bfloat16, "cuda")
+            r3 = torch.randn(8192, 768, dtype=torch.bfloat16, device="cuda")
+            assert tga.explain(a3, w3.t(), bias[:768], activation="relu").startswith("sm90: cooperative_128x256_c1x2,")
+            got = tga.explain(a3, w3.t(), bias[:768], r3, beta=1.0)
+            assert got.startswith(f"sm90: {tile},"), (k, got)
     odd = torch.randn(2048 * 2048 + 1, dtype=torch.bfloat16, device="cuda")[1:].view(2048, 2048)
     with tga.testing.override(cuda_backend=""):
         for act in ("gelu", "none"):

@@ -74,7 +74,8 @@ RULES = {
                                                 "MAX_PINGPONG_MULTIPLY_ADDS_LOG2": 39, "L2_OPERAND_MIB": 48}),
     "short_k": ("sm90", "K <= {MAX_SHORT_K}: ping-pong", {"MAX_SHORT_K": 1024}),
     "tma_source": ("sm90", "C as contiguous rows aligned to 16 bytes: the chosen configuration's tmac twin, "
-                           "where it has one (C's loads through TMA, behind the mainloop)", {}),
+                           "where it has one (C's loads through TMA, behind the mainloop); ping-pong's up to K = "
+                           "{MAX_TMA_SOURCE_PINGPONG_K}", {"MAX_TMA_SOURCE_PINGPONG_K": 3072}),
     "swizzle": ("sm90", "where the streamed operand exceeds {L2_OPERAND_MIB} MiB, bands of clusters span "
                         "at least {MIN_BAND_SPAN} rows or columns", {"MIN_BAND_SPAN": 512}),
 }

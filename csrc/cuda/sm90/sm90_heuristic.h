@@ -112,13 +112,17 @@ static_assert(config_tma_twin(KernelConfig::pingpong_128x128_c1x2) == KernelConf
 // following it.
 inline KernelConfig choose_config(const GemmActParams& p, Dtype dtype, BLayout layout,
                                   int sm_count) {
-  const KernelConfig config = choose_tile_config(p, dtype, layout, sm_count);
-  const KernelConfig twin = config_tma_twin(config);
-  if (p.c != nullptr && twin != config && is_compiled(twin, dtype, layout) &&
-      c_fits_tma(p, 16 / element_bytes(dtype))) {
-    return twin;
+  KernelConfig config = choose_tile_config(p, dtype, layout, sm_count);
+  if (p.c == nullptr || !c_fits_tma(p, 16 / element_bytes(dtype))) return config;
+  // The epilogue that reads C is the longer: up to moderate K, ping-pong's,
+  // which hides it behind the other warpgroup's mainloop, beats the larger tile.
+  using C = KernelConfig;
+  if ((config == C::cooperative_128x256_c1x2 || config == C::cooperative_256x128_c2x1) &&
+      p.k <= rules::kMaxTmaSourcePingpongK && is_compiled(C::pingpong_128x128_c1x2, dtype, layout)) {
+    config = C::pingpong_128x128_c1x2;
   }
-  return config;
+  const KernelConfig twin = config_tma_twin(config);
+  return twin != config && is_compiled(twin, dtype, layout) ? twin : config;
 }
 
 // Fills la.raster and la.max_swizzle for the problem in `p` and the
