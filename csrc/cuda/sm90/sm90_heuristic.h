@@ -1,8 +1,8 @@
 // Which sm90 kernel configuration and tile order a problem gets. No
-// autotuning at call time: the rules small_m, wide_n, short_k, tma_source and swizzle
-// of the rules table (torch_gemm_act/_rules.py), each measured against the
-// alternatives and torch.mm in one run of the kernel sweep (docs/DESIGN.md,
-// "sm90 heuristic").
+// autotuning at call time: the rules small_m, wide_n, short_k, tma_source and
+// swizzle of the rules table (torch_gemm_act/_rules.py), each measured against
+// the alternatives and torch.mm in one run of the kernel sweep (tma_source: of
+// bench/diag/residual_epilogue.py) (docs/DESIGN.md, "sm90 heuristic").
 #pragma once
 
 #include <algorithm>
