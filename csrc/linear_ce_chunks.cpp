@@ -97,7 +97,13 @@ void linear_ce_chunks_backward(const at::Tensor& hidden, const at::Tensor& weigh
     if (grad_bias.has_value()) grad_bias->narrow(0, v0, w).copy_(z.sum(0, false, acc));
     if (grad_weight.has_value()) {
       at::Tensor rows = grad_weight->narrow(0, v0, w);
-      at::mm_out(rows, z.t(), hidden);
+      if (w < padded.size(1)) {
+        // Over the padded width, then its first w rows: z.t()'s contiguous
+        // dimension, w, is not a whole number of 16-byte units (cuBLAS's unaligned kernels).
+        rows.copy_(at::mm(padded.t(), hidden).narrow(0, 0, w));
+      } else {
+        at::mm_out(rows, z.t(), hidden);
+      }
     }
     if (grad_hidden.has_value()) product_into(*grad_hidden, padded, w_rows, /*add=*/true);
   }
