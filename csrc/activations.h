@@ -112,12 +112,16 @@ struct Act<Activation::GELUTanh> {
   }
   // d/dz z s(2u) = s + z s (1 - s) 2u', with 2u' = 2 sqrt(2/pi) (1 + 3 *
   // 0.044715 z^2) in one FMA's constants, so the sum ends in two FMAs.
+  // 1 - s = 2^v s: 1 - s itself cancels where s nears 1, which z 2u' (35 at
+  // z = 5) would magnify to several times PyTorch's error. fmin takes 1 where
+  // 2^v overflows (inf * 0 is NaN); s is 0 there, so the term is 0 either way.
   template <Precision = Precision::kFloat, class T>
   GEMM_ACT_HD static T grad(T z, T) {
-    const T s = math::over_one_plus_exp2(T(1), exp2_argument(z));
+    const T e = math::exp2_flush(exp2_argument(z));
+    const T s = math::divide(T(1), T(1) + e);
     constexpr double k2 = 2 * ActConstants::kSqrt2OverPi;
     const T two_du = T(k2) + T(3 * k2 * ActConstants::kGeluTanhCubic) * z * z;
-    return z * s * (T(1) - s) * two_du + s;
+    return z * s * fmin(e * s, T(1)) * two_du + s;
   }
 };
 

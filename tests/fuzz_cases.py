@@ -219,6 +219,11 @@ def draw_glu(rng, device, route):
     if route == "packed_glu":
         p["gate_index"] = rng.choice((0, 1))
     p["grads"] = tuple(x for x in ("x", "params") if rng.random() < 0.8) if p["train"] else ()
+    # gemm_glu on CUDA: half the cases one of the sm90 family's configurations
+    # forced (the forced family takes every case its kernels can run).
+    configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_glu")})
+    if route == "gemm_glu" and str(device).startswith("cuda") and configs and rng.random() < 0.5:
+        p["sm90_kernel"] = rng.choice(configs)
     return p
 
 

@@ -179,6 +179,10 @@ def build_glu(case, data):
                                    return_preact=preact)
                 return tuple(out) if preact else (out,)
             return (tga.gated_linear_act(t["x"], t["wg"], t["wu"], t.get("bg"), t.get("bu"), gated),)
+
+        if p.get("sm90_kernel"):
+            def settings():
+                return tga.testing.override(sm90_kernel=p["sm90_kernel"])
     else:
         if route == "gated_module":
             model = _LlamaMlp(k, n, _twin(gate_act), p["bias"])

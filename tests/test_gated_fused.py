@@ -217,6 +217,39 @@ def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind, bias):
     _check_training(y, h, fused, a, wg, wu, bg, bu, activation)
 
 
+def _glu_configs():
+    if not torch.cuda.is_available():
+        return []
+    return sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_glu")})
+
+
+@requires_cuda
+@pytest.mark.parametrize("config", _glu_configs())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(136, 64, 24), (FUSED_ROWS, 136, 392), (1000, 520, 264)])
+def test_each_glu_kernel_matches_float64_cuda(config, dtype, shape):
+    """Each sm90 gemm_glu configuration forced (a build may compile more
+    than the rule's), ragged against every tile: Y, then H and every
+    gradient, against float64."""
+    if not _on_sm90():
+        pytest.skip("the sm90 family's kernels need an sm_90 GPU")
+    m, k, n = shape
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    wg, wu = _weights("up_first", n, k, dtype)
+    bg, bu = _biases("up_first", n, dtype, "both")
+    with tga.testing.override(cuda_backend="sm90", sm90_kernel=config):
+        y, fused = _fused_kernel_ran(lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation="geglu_tanh"))
+    assert fused
+    _close(y, _reference64(a, wg, wu, bg, bu, "geglu_tanh")[0], dtype)
+    if dtype == torch.bfloat16:
+        a, wg, wu, bg, bu = _trainable("apart", m, k, n, "both")
+        with tga.testing.override(cuda_backend="sm90", sm90_kernel=config):
+            (y, h), fused = _fused_kernel_ran(
+                lambda: tga.gemm_glu(a, wg.t(), wu.t(), bg, bu, activation="swiglu", return_preact=True))
+        assert fused
+        _check_training(y, h, fused, a, wg, wu, bg, bu, "swiglu")
+
+
 @requires_cuda
 def test_fused_gemm_glu_follows_the_weights_cuda():
     # Nothing is cached from the weights' contents: an in-place update (an

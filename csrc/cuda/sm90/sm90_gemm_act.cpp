@@ -398,6 +398,8 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   Workspace workspace{a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
   la.config = KernelConfig::cooperative_128x256_c1x2_glu;
+  const std::optional<KernelConfig> forced = forced_config();
+  if (forced.has_value() && config_op(*forced) == KernelOp::GemmGlu) la.config = *forced;
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
   order_tiles(p, *dtype, la);

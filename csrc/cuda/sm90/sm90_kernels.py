@@ -100,6 +100,11 @@ CONFIGS = (
     Sm90Config("cooperative_128x256_c1x2_glu", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_glu",
                header="cuda/sm90/sm90_glu_kernel.cuh"),
+    # Its ping-pong twin: one consumer's epilogue beside the other's mainloop,
+    # which paid at short K for gemm_act's (rule tma_source); forced only.
+    Sm90Config("pingpong_128x128_c1x2_glu", "pingpong", (128, 128), (1, 2), (64, ROW),
+               (BF16_K, F16_K), stores_z=False, op="gemm_glu",
+               header="cuda/sm90/sm90_glu_kernel.cuh"),
 )
 
 # op: (its KernelOp enumerator, launcher, X-macro listing its kernels).
