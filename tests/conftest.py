@@ -56,6 +56,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "shipped_policy: in an operator_everywhere file, the policy as it ships")
 
 
+def sm90_configs(op):
+    """The sm90 configurations of `op` ("gemm_act", "gemm_dact", "gemm_glu")
+    this build compiles, by name, to parametrize a test over (none without a
+    GPU, where those tests skip)."""
+    if not HAS_CUDA:
+        return []
+    return sorted({k["name"] for k in torch_gemm_act.testing.kernels("sm90", op=op)})
+
+
 def skip_unless_built(backend):
     """Skips a test of a CUDA backend that this build left out (setup.py:
     sm80 and simt are built only when asked for)."""

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import torch_gemm_act as tga
-from conftest import requires_cuda, takes_a_preact
+from conftest import requires_cuda, sm90_configs, takes_a_preact
 from reference import ACTIVATIONS, BIAS_KINDS, TOL, assert_close, make_bias, torch_twin
 from torch_gemm_act.activations import _GRAD_FROM_OUTPUT
 from torch_gemm_act.chain import _ChainLink, _chained_gemm, linear_act_linear
@@ -101,14 +101,8 @@ def test_gemm_dact_runs_the_fused_kernel_cuda():
         assert not with_bias or "sum_columns_kernel" in names[1], names
 
 
-def _dact_configs():
-    if not torch.cuda.is_available():
-        return []
-    return sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dact")})
-
-
 @requires_cuda
-@pytest.mark.parametrize("config", _dact_configs())
+@pytest.mark.parametrize("config", sm90_configs("gemm_dact"))
 @pytest.mark.parametrize("b_layout", ["nmajor", "kmajor"])
 @pytest.mark.parametrize("shape", [(136, 64, 200), (300, 1032, 264), (8320, 64, 200)])
 def test_each_dact_kernel_matches_reference_cuda(config, b_layout, shape):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_gemm_act as tga
-from conftest import requires_cuda
+from conftest import requires_cuda, sm90_configs
 from torch_gemm_act import _policy
 from reference import torch_twin
 from test_gated import _close, _operands, _reference64
@@ -217,14 +217,8 @@ def test_fused_gemm_glu_training_matches_float64_cuda(activation, kind, bias):
     _check_training(y, h, fused, a, wg, wu, bg, bu, activation)
 
 
-def _glu_configs():
-    if not torch.cuda.is_available():
-        return []
-    return sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_glu")})
-
-
 @requires_cuda
-@pytest.mark.parametrize("config", _glu_configs())
+@pytest.mark.parametrize("config", sm90_configs("gemm_glu"))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(136, 64, 24), (FUSED_ROWS, 136, 392), (1000, 520, 264)])
 def test_each_glu_kernel_matches_float64_cuda(config, dtype, shape):
