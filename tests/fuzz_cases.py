@@ -221,9 +221,10 @@ def draw_glu(rng, device, route):
     p["grads"] = tuple(x for x in ("x", "params") if rng.random() < 0.8) if p["train"] else ()
     # gemm_glu on CUDA: half the cases one of the sm90 family's configurations
     # forced (the forced family takes every case its kernels can run).
-    configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_glu")})
-    if route == "gemm_glu" and str(device).startswith("cuda") and configs and rng.random() < 0.5:
-        p["sm90_kernel"] = rng.choice(configs)
+    if route == "gemm_glu" and str(device).startswith("cuda"):
+        configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_glu")})
+        if configs and rng.random() < 0.5:
+            p["sm90_kernel"] = rng.choice(configs)
     return p
 
 
