@@ -3,7 +3,8 @@ bf16: eager's ``F.silu(x @ Wg.T) * (x @ Wu.T)``, cuBLAS's one GEMM over
 both weights packed (what the gated product costs without its epilogue),
 the rule's gemm_glu, then each sm90 gemm_glu configuration forced; medians
 of triton's do_bench, each result's largest error from float64 on a sample
-of rows.
+of rows. `keeping H`: the same call as training's forward makes it
+(return_preact, the projections stored beside Y; rule glu_preact_k).
 
     python bench/diag/glu_configs.py
 """
@@ -38,18 +39,23 @@ def main():
         def fused():
             return tga.gemm_glu(x, wg.t(), wu.t())
 
+        def fused_h():
+            return tga.gemm_glu(x, wg.t(), wu.t(), return_preact=True)
+
         def err(y):
             return (y[:ROWS].double() - ref).abs().max().item()
 
-        te, tp, tf = (do_bench(f, warmup=50, rep=300) for f in (eager, packed_gemm, fused))
+        te, tp, tf, th = (do_bench(f, warmup=50, rep=300) for f in (eager, packed_gemm, fused, fused_h))
         print(f"{name:10s} {m}x{k}->{n}: eager {te * 1e3:7.1f} us | packed GEMM {tp * 1e3:7.1f} ({tp / te:.3f}) | "
-              f"gemm_glu {tf * 1e3:7.1f} ({tf / te:.3f}) err {err(fused()):.3g} (eager {err(eager()):.3g})")
+              f"gemm_glu {tf * 1e3:7.1f} ({tf / te:.3f}) err {err(fused()):.3g} (eager {err(eager()):.3g}) | "
+              f"keeping H {th * 1e3:7.1f} ({th / te:.3f})")
         for config in configs:
             with tga.testing.override(sm90_kernel=config, cuda_backend="sm90"):
                 y = fused()
                 t = do_bench(fused, warmup=50, rep=300)
+                t_h = do_bench(fused_h, warmup=50, rep=300)
             print(f"{'':10s} {config:29s} {t * 1e3:7.1f} us ({t / te:.3f} x eager's, {t / tp:.3f} x the packed "
-                  f"GEMM's) err {err(y):.3g}")
+                  f"GEMM's) err {err(y):.3g} | keeping H {t_h * 1e3:7.1f} us ({t_h / te:.3f})")
 
 
 if __name__ == "__main__":
