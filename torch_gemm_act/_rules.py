@@ -61,6 +61,8 @@ RULES = {
     "glu_rows": ("sm90", "gemm_glu's fused kernel from {MIN_GLU_ROWS} rows", {"MIN_GLU_ROWS": 2048}),
     "glu_preact_k": ("sm90", "keeping H, the fused kernel only below K = {MIN_COMPOSED_PREACT_K}",
                      {"MIN_COMPOSED_PREACT_K": 4096}),
+    "glu_pingpong": ("sm90", "the fused kernel runs ping-pong's 128 x 128 tile (one consumer's epilogue beside "
+                             "the other's mainloop)", {}),
     # C++: unaligned operands copied into aligned buffers (sm90 staging, the backward's padding).
     "align": ("cuda", "operands not 16-byte aligned are copied aligned from 2^{MIN_MULTIPLY_ADDS_TO_ALIGN_LOG2} "
                       "multiply-adds", {"MIN_MULTIPLY_ADDS_TO_ALIGN_LOG2": 26}),

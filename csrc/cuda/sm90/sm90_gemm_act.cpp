@@ -397,7 +397,8 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   auto outputs = fused_glu_outputs(a, store_preact, p);  // fresh: contiguous and aligned
   Workspace workspace{a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
-  la.config = KernelConfig::cooperative_128x256_c1x2_glu;
+  // Ping-pong's tile: one consumer's epilogue beside the other's mainloop (rule glu_pingpong).
+  la.config = KernelConfig::pingpong_128x128_c1x2_glu;
   const std::optional<KernelConfig> forced = forced_config();
   if (forced.has_value() && config_op(*forced) == KernelOp::GemmGlu) la.config = *forced;
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",

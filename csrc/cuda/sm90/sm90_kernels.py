@@ -95,13 +95,13 @@ CONFIGS = (
     Sm90Config("cooperative_128x256_c1x2_dact", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_N, F16_N, BF16_K, F16_K), stores_z=False, op="gemm_dact",
                header="cuda/sm90/sm90_dact_kernel.cuh"),
-    # gemm_glu's fused forward (inference): the forward's default tile, both
-    # weights read K-major where they are (nn.Linear's), no Z.
+    # gemm_glu's fused forward (inference), both weights read K-major where
+    # they are (nn.Linear's), no Z: the forward's default tile, forced only.
     Sm90Config("cooperative_128x256_c1x2_glu", "cooperative", (128, 256), (1, 2), (128, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_glu",
                header="cuda/sm90/sm90_glu_kernel.cuh"),
-    # Its ping-pong twin: one consumer's epilogue beside the other's mainloop,
-    # which paid at short K for gemm_act's (rule tma_source); forced only.
+    # Its ping-pong twin, the rule's (glu_pingpong): one consumer's epilogue
+    # beside the other's mainloop.
     Sm90Config("pingpong_128x128_c1x2_glu", "pingpong", (128, 128), (1, 2), (64, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_glu",
                header="cuda/sm90/sm90_glu_kernel.cuh"),
