@@ -87,7 +87,7 @@ def main():
                "chunks": step(road(0), hidden, weight, target),
                f"rule ({rule or 'chunks'})": step(road(None), hidden, weight, target)}
         for rows in args.rows:
-            if rows < tokens and rows != rule:
+            if rows <= tokens and rows != rule:
                 fns[f"rows {rows}"] = step(road(rows), hidden, weight, target)
         print(f"=== {case}: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}")
         ref = None
