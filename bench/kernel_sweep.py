@@ -12,8 +12,9 @@ Each case runs only the configurations compiled for its dtype
 backend and configuration are forced through torch_gemm_act.testing.override. For each
 problem torch.mm and the configurations take turns, --rounds times, and each
 keeps the median of its rounds: a GPU clock that drifts with heat and power
-costs them all alike. Each round starts one contender later, so none is
-always the one timed right after torch.mm (2-3% slower under the power cap).
+costs them all alike. Each round takes them in a fresh random order (seeded),
+so none is always the one timed right after torch.mm (slower under the power
+cap); a rotation would keep that neighbour in all rounds but one.
 
     python bench/kernel_sweep.py [--family sm80] [--configs auto,pingpong_128x128_c1x2] [--out sweep.json]
 
@@ -24,6 +25,7 @@ sm90_swizzle) instead of the heuristic's band.
 
 import argparse
 import json
+import random
 import statistics
 
 SWEEP_DTYPES = {"bf16": "bf16", "fp16": "f16", "tf32": "f32"}  # case dtype -> kernel table dtype
@@ -137,9 +139,10 @@ def measure(family, configs, rounds, rep, only=None):
             errs[cfg] = ((got.float() - y_ref).abs().max() / y_ref.abs().max()).item()
         times = {cfg: [] for cfg in ["mm", *ran]}
         turns = list(times)
-        for r in range(rounds):
-            shift = r % len(turns)  # each round starts one contender later
-            for cfg in turns[shift:] + turns[:shift]:
+        rng = random.Random(len(out))  # seeded: each run takes the same orders
+        for _ in range(rounds):
+            rng.shuffle(turns)
+            for cfg in turns:
                 if cfg == "mm":
                     times["mm"].append(bench(lambda: torch.mm(a, w.t())))
                 else:
