@@ -13,23 +13,18 @@ import torch.nn.functional as F
 import torch_gemm_act as tga
 
 
-def allocations(step):
-    """(peak bytes above the start, [(bytes, frame)] of each allocation) while step() runs."""
+def allocations(step, *args):
+    """(peak bytes above the start, the bytes of each allocation) while step(*args) runs."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     start = torch.cuda.memory_allocated()
     torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
-    step()
+    step(*args)
     torch.cuda.synchronize()
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
-    out = []
-    for e in snap["device_traces"][0]:
-        if e["action"] == "alloc":
-            frames = [f for f in e.get("frames", []) if "torch_gemm_act" in f["filename"]]
-            where = frames[0]["name"] if frames else (e.get("frames") or [{"name": "?"}])[0]["name"]
-            out.append((e["size"], where[:90]))
-    return torch.cuda.max_memory_allocated() - start, out
+    sizes = [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    return torch.cuda.max_memory_allocated() - start, sizes
 
 
 def main():
@@ -52,16 +47,10 @@ def main():
         for _ in range(2):  # the second time, with the stream's own buffers in place
             y = fwd()
             x.grad = w.grad = b.grad = None
-            peak, allocs = allocations(lambda: y.backward(g))
+            peak, allocs = allocations(y.backward, g)
             del y
-        small = [a for a in allocs if a[0] < (1 << 20)]
         print(f"--- {name}: backward peak {peak} bytes above its start; {len(allocs)} allocations, "
-              f"{sum(a[0] for a in allocs)} bytes; under 1 MiB:")
-        for size, where in small:
-            print(f"    {size:>10}  {where}")
-        for size, where in allocs:
-            if size >= (1 << 20):
-                print(f"    {size:>10}  {where}")
+              f"{sum(allocs)} bytes: " + ", ".join(map(str, allocs)))
 
 
 if __name__ == "__main__":
