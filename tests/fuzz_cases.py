@@ -195,7 +195,7 @@ def draw_mlp(rng, device):
     while m * h * max(p["k"], p["n"], 1) > (4e9 if device == "cuda" else 2e6):
         m = max(1, m // 2)
     p.update(lead=_lead(rng, m), k=max(p["k"], 1), h=h)
-    p["kind"] = rng.choice(("sequential", "gpt2", "three"))
+    p["kind"] = rng.choice(("sequential", "gpt2", "three", "timm"))
     p["act"] = rng.choice(tga.ACTIVATIONS[1:])
     p["act2"] = rng.choice(tga.ACTIVATIONS[1:])
     p["slope"] = 0.01

@@ -30,6 +30,9 @@ def build_mlp(case, data):
     elif kind == "three":
         model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), _twin(act), nn.Linear(h, h, bias=p["bias"]),
                               _twin(act2), nn.Linear(h, n, bias=p["bias"]))
+    elif kind == "timm":  # timm's Mlp: a dropout and an identity (its norm) between the layers
+        model = nn.Sequential(nn.Linear(k, h, bias=p["bias"]), _twin(act), nn.Dropout(p["dropout"] or 0.0),
+                              nn.Identity(), nn.Linear(h, n, bias=p["bias"]))
     else:
         model = _Gpt2Mlp(k, h, n, _twin(act), p["dropout"])
     model = model.to(device=dev, dtype=dtype)

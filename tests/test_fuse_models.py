@@ -161,6 +161,13 @@ def _timm_or_torchvision(name):
     return builders[name]()
 
 
+# The chains fuse_linear_act links in each: timm's Mlp through its dropout and
+# identity norm, torchvision's MLPBlock through its dropout; none after ReLU
+# (rule links) or a packed GLU.
+_TIMM_TORCHVISION_CHAINS = {"timm_vit": 2, "timm_mlp": 1, "timm_glu_mlp": 0, "timm_swiglu_packed": 0,
+                            "torchvision_vit": 2, "torchvision_mlp": 0}
+
+
 @pytest.mark.parametrize("device_dtype", DEVICE_DTYPES)
 @pytest.mark.parametrize("name", ["timm_vit", "timm_mlp", "timm_glu_mlp", "timm_swiglu_packed", "torchvision_vit",
                                   "torchvision_mlp"])
@@ -171,6 +178,7 @@ def test_timm_and_torchvision_models_fused_by_one_call(name, device_dtype):
     eager = eager.to(device, dtype).eval()
     fused, report = tga.fuse_linear_act(copy.deepcopy(eager), report=True)
     assert len(report.fused) == pairs, str(report)
+    assert len(report.chained) == _TIMM_TORCHVISION_CHAINS[name], str(report)
     assert list(fused.state_dict()) == list(eager.state_dict())
     x = torch.randn(shape, device=device, dtype=dtype)
     _assert_same_training_step(eager, fused, lambda m: m(x))

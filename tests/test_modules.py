@@ -149,7 +149,7 @@ def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(p), nn.Linear(16, 4)).to(device).double()
     reference = copy.deepcopy(model)
     _, report = tga.fuse_linear_act(model, report=True)
-    assert report.chained == [("0", "3")] and model[0]._chain_out.through is model[2]
+    assert report.chained == [("0", "3")] and model[0]._chain_out.through == (model[2],)
     nodes = []
     model[3].register_forward_hook(lambda m, args, out: nodes.append(takes_a_preact(out)))
     x = torch.randn(5, 8, dtype=torch.float64, device=device)
@@ -168,6 +168,76 @@ def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
         chained = device == "cpu" and (p == 0 or not training)  # float64 on CUDA: never
         assert nodes[-1] == chained, (training, nodes[-1])
         assert model[0]._chain_out.y is None  # taken, or never published
+
+
+class _TimmStyleMlp(nn.Module):
+    """timm's Mlp: fc1 -> act -> drop1 -> norm (an identity unless a norm
+    layer is given) -> fc2 -> drop2."""
+
+    def __init__(self, p, norm):
+        super().__init__()
+        self.fc1, self.act, self.drop1 = nn.Linear(8, 16), nn.GELU(), nn.Dropout(p)
+        self.norm = nn.LayerNorm(16) if norm else nn.Identity()
+        self.fc2, self.drop2 = nn.Linear(16, 4), nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_chain_through_a_dropout_and_an_identity(p, device):
+    """Linear -> act -> Dropout -> Identity -> Linear (timm's Mlp) chains
+    through both; the chain is used while the dropout returns its input, and
+    training computes what the unfused model does, gradients included."""
+    torch.manual_seed(0)
+    model = _TimmStyleMlp(p, norm=False).to(device).double()
+    reference = copy.deepcopy(model)
+    _, report = tga.fuse_linear_act(model, report=True)
+    assert report.chained == [("fc1", "fc2")] and model.fc1._chain_out.through == (model.drop1, model.norm)
+    nodes = []
+    model.fc2.register_forward_hook(lambda m, args, out: nodes.append(takes_a_preact(out)))
+    x = torch.randn(5, 8, dtype=torch.float64, device=device)
+    for training in (False, True):
+        model.train(training)
+        reference.train(training)
+        torch.manual_seed(1)
+        y = model(x)
+        torch.manual_seed(1)
+        y_ref = reference(x)
+        assert_close(y, y_ref, torch.float64)
+        grads = torch.autograd.grad(y.sum(), list(model.parameters()))
+        grads_ref = torch.autograd.grad(y_ref.sum(), list(reference.parameters()))
+        for g, r in zip(grads, grads_ref):
+            assert_close(g, r, torch.float64)
+        chained = device == "cpu" and (p == 0 or not training)  # float64 on CUDA: never
+        assert nodes[-1] == chained, (training, nodes[-1])
+        assert model.fc1._chain_out.y is None  # taken, or never published
+    # A copy's link passes through the copy's own modules.
+    clone = copy.deepcopy(model)
+    assert clone.fc1._chain_out.through == (clone.drop1, clone.norm)
+
+
+def test_no_chain_through_a_norm_layer():
+    """A LayerNorm between the activation and the next Linear changes the
+    tensor: the pair fuses, the layers do not chain."""
+    model = _TimmStyleMlp(0.0, norm=True).double()
+    x = torch.randn(5, 8, dtype=torch.float64)
+    expected = model(x)
+    _, report = tga.fuse_linear_act(model, report=True)
+    assert [lin for lin, _, _ in report.fused] == ["fc1"] and report.chained == []
+    assert model.fc1._chain_out is None and type(model.fc2) is nn.Linear
+    assert_close(model(x), expected, torch.float64)
+
+
+def test_chain_link_unpickles_the_old_single_module_form():
+    """A link pickled when it held one dropout module (or none) loads as the
+    tuple of modules it now holds."""
+    from torch_gemm_act.chain import _ChainLink
+    dropout = nn.Dropout(0.1)
+    for state, through in ((dropout, (dropout,)), (None, ())):
+        link = _ChainLink.__new__(_ChainLink)
+        link.__setstate__(state)
+        assert link.through == through and link.y is None and link.open() == (not through)
 
 
 @requires_cuda

@@ -144,11 +144,12 @@ def _sole_call(node, reader):
 
 
 def consumer(node, reader):
-    """(the call that alone uses node's output, what it takes that output
-    from): node, or one call between them that the reader says passes its
-    input through (a dropout module), taking node's output alone; else
-    None."""
+    """(the call that alone uses node's output, the calls between them): each
+    call between one the reader says passes its input through (a dropout, an
+    identity module), taking the output before it alone; else None."""
+    passed = []
     user, source = _sole_call(node, reader), node
-    if user is not None and reader.passes_through(user) and user.args == (node,) and not user.kwargs:
+    while user is not None and reader.passes_through(user) and user.args == (source,) and not user.kwargs:
+        passed.append(user)
         user, source = _sole_call(user, reader), user
-    return None if user is None else (user, source)
+    return None if user is None else (user, tuple(passed))

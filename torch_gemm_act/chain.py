@@ -25,6 +25,7 @@ computation as a function.
 import copy
 
 import torch
+from torch import nn
 
 from . import ops
 from ._policy import chain_pays
@@ -36,19 +37,20 @@ __all__ = ["linear_act_linear"]
 
 class _ChainLink:
     """What one fused layer hands the next: its output Y, pre-activation Z
-    and activation, until the next layer takes them. ``through``: a dropout
-    between the two, which passes Y on unchanged (the same tensor) only with
-    p = 0 or in eval mode; otherwise nothing is published."""
+    and activation, until the next layer takes them. ``through``: the
+    modules between the two, dropouts and identities, which pass Y on
+    unchanged (the same tensor): a dropout only with p = 0 or in eval mode;
+    otherwise nothing is published."""
 
     __slots__ = ("y", "z", "bias", "activation", "negative_slope", "through")
 
-    def __init__(self, through=None):
-        self.through = through
+    def __init__(self, through=()):
+        self.through = tuple(through)
         self._empty()
 
     def open(self):
         """Whether Y can reach the next layer unchanged."""
-        return self.through is None or not self.through.training or self.through.p == 0
+        return all(not isinstance(m, nn.Dropout) or not m.training or m.p == 0 for m in self.through)
 
     def clear(self):
         # An empty link is left unwritten: under torch.compile every write
@@ -79,7 +81,8 @@ class _ChainLink:
         return self.through
 
     def __setstate__(self, through):
-        self.through = through
+        # One module or None: what a link pickled before it held a tuple.
+        self.through = (through,) if isinstance(through, nn.Module) else tuple(through or ())
         self._empty()
 
 

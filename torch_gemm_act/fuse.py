@@ -105,7 +105,7 @@ class _ModuleCalls:
     """The matcher's reader (torch_gemm_act._match) of one module's forward
     traced with its children as leaves: a GEMM is a call of a Linear-like
     child, an activation a call of an activation child, a pass-through a
-    call of a Dropout child."""
+    call of a Dropout or Identity child."""
 
     def __init__(self, children, graph):
         self.children = children
@@ -142,7 +142,7 @@ class _ModuleCalls:
         return node.op != "call_module" or len(self.calls.get(node.target, ())) == 1
 
     def passes_through(self, node):
-        return isinstance(self._module(node), nn.Dropout)
+        return isinstance(self._module(node), (nn.Dropout, nn.Identity))
 
 
 def _fuse_children(path, parent, result):
@@ -208,15 +208,16 @@ def _fuse_children(path, parent, result):
 def _chain(path, parent, first, act_node, reader, result):
     """Links the fused pair `first` to the Linear its activation's output
     feeds, where it feeds that Linear alone and nothing else, directly or
-    through a dropout (the link then opens only while the dropout passes its
-    input through), and the activation is one that chains (rule links)."""
+    through dropouts and identity modules (the link then opens only while
+    each passes its input through), and the activation is one that chains
+    (rule links)."""
     if not links(parent._modules[first].activation):
         return
     found = _match.consumer(act_node, reader)
     if found is None:
         return
-    node, source = found
-    if node.op != "call_module" or node.args != (source,) or node.kwargs:
+    node, passed = found
+    if node.op != "call_module" or node.args != ((passed or (act_node,))[-1],) or node.kwargs:
         return
     second = parent._modules[node.target]
     if not isinstance(second, (LinearAct, Conv1DAct)):
@@ -228,7 +229,7 @@ def _chain(path, parent, first, act_node, reader, result):
         if _move_forward_hooks(second, fused):
             result.hooks_moved.append(_join(path, node.target))
         parent._modules[node.target] = second = fused
-    link = _ChainLink(parent._modules[source.target] if source is not act_node else None)
+    link = _ChainLink(tuple(parent._modules[p.target] for p in passed))
     parent._modules[first]._chain_out = link
     second._chain_in = link
     result.chained.append((_join(path, first), _join(path, node.target)))
