@@ -243,10 +243,12 @@ def draw_compile(rng, device):
 # The compile route's models: (activation, K, N, bias, how the model writes
 # it: "module", the activation's twin after an nn.Linear; "formula",
 # transformers' NewGELUActivation (arithmetic) after one; "conv1d_formula",
-# the same after transformers' Conv1D, an addmm between reshapes).
+# the same after transformers' Conv1D, an addmm between reshapes; "timm",
+# timm's Mlp: the module form, then a dropout with p = 0, an identity and a
+# second nn.Linear back to K, which the pass chains).
 COMPILE_MODELS = (("gelu", 64, 96, True, "module"), ("relu", 128, 40, True, "module"),
                   ("silu", 96, 128, False, "module"), ("gelu_tanh", 80, 64, True, "formula"),
-                  ("gelu_tanh", 64, 72, True, "conv1d_formula"))
+                  ("gelu_tanh", 64, 72, True, "conv1d_formula"), ("gelu", 48, 80, True, "timm"))
 
 
 def draw_linear_ce(rng, device):

@@ -282,6 +282,8 @@ def _compile_model_layers(act, k, n, has_bias, form):
     """The compile route's model layers, as COMPILE_MODELS describes them."""
     if form == "module":
         return nn.Linear(k, n, bias=has_bias), _twin(act)
+    if form == "timm":
+        return nn.Linear(k, n, bias=has_bias), _twin(act), nn.Dropout(0.0), nn.Identity(), nn.Linear(n, k)
     from transformers.activations import NewGELUActivation
     from transformers.pytorch_utils import Conv1D
     assert act == "gelu_tanh" and has_bias, (act, has_bias)  # what the formula computes, Conv1D's bias
@@ -314,7 +316,7 @@ def build_compile(case, data):
         # symbolic (dynamic=True, floats unspecialized), and no formula
         # could be read: the rows alone are marked dynamic there, as
         # automatic dynamic shapes would make them.
-        dynamic = True if form == "module" else None
+        dynamic = True if form in ("module", "timm") else None
         tga.enable_compile_fusion(True)
         try:
             fused = torch.compile(copy.deepcopy(base), dynamic=dynamic)
@@ -355,7 +357,11 @@ def build_compile(case, data):
         mag = _mag(t64["x"], b)
         if lin.bias is not None:
             z, mag = z + lin.bias.detach().double(), mag + lin.bias.detach().double().abs()
-        return (act64(z, mag, act, 0.01, hint, unit),)
+        y = act64(z, mag, act, 0.01, hint, unit)
+        if form == "timm":  # the dropout and the identity pass y on to the second Linear
+            second = base[-1]
+            y = y @ second.weight.detach().double().t() + second.bias.detach().double()
+        return (y,)
 
     return Trial(inputs, ours, theirs, ref, _comp(p), (True,), theirs_alt=theirs_alt, ties=act in RELU_FAMILY)
 

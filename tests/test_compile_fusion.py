@@ -64,6 +64,39 @@ def test_compiled_model_runs_the_fused_operator(fusion):
         torch.testing.assert_close(p.grad, p_hand.grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
+class _DropoutMlp(nn.Module):
+    """timm's Mlp: fc1 -> act -> drop1 -> norm (an identity) -> fc2."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.fc1, self.act, self.drop1 = nn.Linear(16, 32), nn.GELU(), nn.Dropout(p)
+        self.norm, self.fc2 = nn.Identity(), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(self.norm(self.drop1(self.act(self.fc1(x)))))
+
+
+@pytest.mark.parametrize("p, training, chained", [(0.0, True, 1), (0.5, False, 1), (0.5, True, 0)])
+def test_chain_through_a_dropout_that_passes_its_input(fusion, p, training, chained):
+    """The pass chains a pair to the Linear after a dropout that passes its
+    input on (p = 0, or not training) and computes what the unfused model
+    does; a dropout that drops, it leaves between them."""
+    torch.manual_seed(0)
+    model = _DropoutMlp(p).train(training)
+    reference = copy.deepcopy(model)
+    x = torch.randn(6, 16)
+    compiled = torch.compile(model, fullgraph=True)
+    torch.manual_seed(1)
+    y = compiled(x)
+    assert fusion.fused == 1 and fusion.chained == chained
+    if chained:  # the dropout's own randomness aside, the unfused model's step
+        torch.testing.assert_close(y, reference(x), rtol=1e-5, atol=1e-6)
+        y.sum().backward()
+        reference(x).sum().backward()
+        for (name, q), q_ref in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(q.grad, q_ref.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_inference_and_transformers_activation(fusion):
     t = transformers
     from transformers.models.bert.modeling_bert import BertIntermediate

@@ -1,6 +1,7 @@
 """LinearAct looks and initialises like nn.Linear; fuse_linear_act keeps outputs."""
 
 import copy
+import io
 import pytest
 import torch
 from torch import nn
@@ -215,6 +216,37 @@ def test_chain_through_a_dropout_and_an_identity(p, device):
     # A copy's link passes through the copy's own modules.
     clone = copy.deepcopy(model)
     assert clone.fc1._chain_out.through == (clone.drop1, clone.norm)
+
+
+def test_chain_through_a_dropout_that_returns_a_new_tensor(monkeypatch):
+    """Traced by torch.compile, a dropout with p = 0 returns a new tensor of
+    its input's values (not the input itself, as in eager mode): the chain
+    still links, and training computes what the unfused model does; so does
+    a deep copy, through its own modules, and a pickled and loaded model."""
+    torch.manual_seed(0)
+    model = _TimmStyleMlp(0.0, norm=False).double()
+    reference = copy.deepcopy(model)
+    tga.fuse_linear_act(model)
+    dropout = nn.functional.dropout
+    monkeypatch.setattr(nn.functional, "dropout",
+                        lambda x, p=0.5, training=True, inplace=False: dropout(x, p, training, inplace).view_as(x))
+    x = torch.randn(5, 8, dtype=torch.float64)
+    y_ref = reference(x)
+    grads_ref = torch.autograd.grad(y_ref.sum(), list(reference.parameters()))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for fused in (model, copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+        nodes = []
+        fused.fc2.register_forward_hook(lambda m, args, out: nodes.append(takes_a_preact(out)))
+        y = fused(x)
+        assert nodes == [True]
+        assert_close(y, y_ref, torch.float64)
+        for g, r in zip(torch.autograd.grad(y.sum(), list(fused.parameters())), grads_ref):
+            assert_close(g, r, torch.float64)
+        # One hook a module, on the module's own link.
+        hooks = [h for h in fused.drop1._forward_hooks.values() if type(h).__name__ == "_PassOn"]
+        assert len(hooks) == 1 and hooks[0].link is fused.fc1._chain_out
 
 
 def test_no_chain_through_a_norm_layer():

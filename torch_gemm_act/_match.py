@@ -149,7 +149,7 @@ def consumer(node, reader):
     identity module), taking the output before it alone; else None."""
     passed = []
     user, source = _sole_call(node, reader), node
-    while user is not None and reader.passes_through(user) and user.args == (source,) and not user.kwargs:
+    while user is not None and reader.passes_through(user, source):
         passed.append(user)
         user, source = _sole_call(user, reader), user
     return None if user is None else (user, tuple(passed))

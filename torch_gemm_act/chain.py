@@ -39,8 +39,9 @@ class _ChainLink:
     """What one fused layer hands the next: its output Y, pre-activation Z
     and activation, until the next layer takes them. ``through``: the
     modules between the two, dropouts and identities, which pass Y on
-    unchanged (the same tensor): a dropout only with p = 0 or in eval mode;
-    otherwise nothing is published."""
+    unchanged (the same values; a hook on each, _PassOn, hands the link
+    their output): a dropout only with p = 0 or in eval mode; otherwise
+    nothing is published."""
 
     __slots__ = ("y", "z", "bias", "activation", "negative_slope", "through")
 
@@ -74,8 +75,21 @@ class _ChainLink:
         return found
 
     def __deepcopy__(self, memo):
-        # What it holds belongs to one forward; the dropout is the copy's.
-        return _ChainLink(copy.deepcopy(self.through, memo))
+        # What it holds belongs to one forward; the modules are the copy's.
+        # In the memo before them: their hooks (_PassOn) hold this link.
+        new = _ChainLink.__new__(_ChainLink)
+        memo[id(self)] = new
+        new.through = copy.deepcopy(self.through, memo)
+        new._empty()
+        return new
+
+    def pass_through_modules(self):
+        """Hooks each module between the two layers with _PassOn (once)."""
+        for module in self.through:
+            for key, hook in list(module._forward_hooks.items()):
+                if isinstance(hook, _PassOn):
+                    del module._forward_hooks[key]
+            module.register_forward_hook(_PassOn(self))
 
     def __getstate__(self):
         return self.through
@@ -84,6 +98,21 @@ class _ChainLink:
         # One module or None: what a link pickled before it held a tuple.
         self.through = (through,) if isinstance(through, nn.Module) else tuple(through or ())
         self._empty()
+
+
+class _PassOn:
+    """A forward hook on a module between two chained layers: where the
+    module's input is the published Y, its output is the Y the next layer
+    looks for. In eager mode an open dropout returns its input itself; traced
+    by torch.compile its output can be a new tensor of the same values."""
+
+    def __init__(self, link):
+        self.link = link
+
+    def __call__(self, module, args, output):
+        link = self.link
+        if link.y is not None and args and args[0] is link.y:
+            link.y = output
 
 
 def _chained_gemm(x, b, bias, activation, negative_slope, link_in=None, link_out=None, any_size=False,

@@ -78,8 +78,13 @@ class _CapturedCalls:
         return True
 
     @staticmethod
-    def passes_through(node):
-        return False
+    def passes_through(node, source):
+        """A dropout of source that passes it through: p = 0 or not training."""
+        if node.op != "call_function" or node.target is not torch.nn.functional.dropout:
+            return False
+        args = dict(zip(("input", "p", "training", "inplace"), node.args), **node.kwargs)
+        return args.get("input") is source and args.get("inplace", False) is False and \
+            (args.get("p", 0.5) == 0 or args.get("training", True) is False)
 
 
 _PLAIN_VALUES = _PLAIN | {FakeTensor}  # plain tensors, as captured
@@ -152,7 +157,8 @@ def _fuse_gated(graph, found, up):
 
 
 def _chain(graph, out, y, activation, slope, x_value, needs_grad):
-    """Where Y feeds one Linear alone, chains them as fuse_linear_act does
+    """Where Y feeds one Linear alone (directly, or through dropouts that
+    pass it on: p = 0 or not training), chains them as fuse_linear_act does
     (chain.py): the layer stores Z for the chain (_head), and the Linear's
     GEMM (fused with its own activation or not) becomes gemm_act_chained,
     its input's gradient going to Z and the layer's bias gradient coming
@@ -166,16 +172,18 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     found = _match.consumer(y, _CapturedCalls) if needs_grad else None
     if found is None or type(x_value) not in _PLAIN_VALUES or not chains(x_value, activation):
         return False
-    user, _ = found  # the reader passes nothing through: its input is y
-    if user.op == "call_function" and user.target is _CHAINED and user.args[0] is y and user.args[1] is None:
+    user, passed = found
+    source = (passed or (y,))[-1]  # what the Linear reads: y, or y through dropouts that pass it on
+    if user.op == "call_function" and user.target is _CHAINED and user.args[0] is source and user.args[1] is None:
         # The next pair's first layer, made a chain's head already: its input is chained too.
         with graph.inserting_before(user):
             z, bias = _head(graph, out)
         args = list(user.args)
-        args[1:5] = [z, bias, activation, slope]
+        args[0:5] = [y, z, bias, activation, slope]
         user.args = tuple(args)
+        _erase_unused(graph, passed)
         return True
-    if user.op == "call_function" and user.target is _GEMM_ACT and user.args[0] is y:
+    if user.op == "call_function" and user.target is _GEMM_ACT and user.args[0] is source:
         b, bias2, c, act2, alpha, beta, slope2, store2 = user.args[1:]
         if c is not None:
             return False
@@ -185,7 +193,7 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
                                                  alpha, beta, slope2, store2, False))
     else:
         gemm = _gemm_of(user)
-        if gemm is None or gemm[0] is not y:
+        if gemm is None or gemm[0] is not source:
             return False
         _, w, bias2, transpose = gemm
         with graph.inserting_before(user):
@@ -197,7 +205,15 @@ def _chain(graph, out, y, activation, slope, x_value, needs_grad):
     new.meta.update(user.meta)
     user.replace_all_uses_with(new)
     graph.erase_node(user)
+    _erase_unused(graph, passed)
     return True
+
+
+def _erase_unused(graph, passed):
+    """The dropouts a chain now goes around, last first, where nothing else reads them."""
+    for node in reversed(passed):
+        if not node.users:
+            graph.erase_node(node)
 
 
 def _head(graph, out):

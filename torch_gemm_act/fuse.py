@@ -141,8 +141,9 @@ class _ModuleCalls:
     def called_once(self, node):
         return node.op != "call_module" or len(self.calls.get(node.target, ())) == 1
 
-    def passes_through(self, node):
-        return isinstance(self._module(node), (nn.Dropout, nn.Identity))
+    def passes_through(self, node, source):
+        return isinstance(self._module(node), (nn.Dropout, nn.Identity)) and node.args == (source,) \
+            and not node.kwargs
 
 
 def _fuse_children(path, parent, result):
@@ -230,6 +231,7 @@ def _chain(path, parent, first, act_node, reader, result):
             result.hooks_moved.append(_join(path, node.target))
         parent._modules[node.target] = second = fused
     link = _ChainLink(tuple(parent._modules[p.target] for p in passed))
+    link.pass_through_modules()
     parent._modules[first]._chain_out = link
     second._chain_in = link
     result.chained.append((_join(path, first), _join(path, node.target)))
