@@ -19,6 +19,10 @@ the activation's slot nn.Identity. So does one whose two projections are
 one Linear's output split in two, ``x1, x2 = fc(x).chunk(2, dim=-1)`` then
 ``x1 * act(x2)`` or ``act(x1) * x2`` (timm's GluMlp): the Linear's slot
 holds a LinearPackedGlu, the activation's a PackedGluActivation.
+
+A fused pair whose output feeds one Linear alone, directly or through
+Dropout and Identity children, chains to it (torch_gemm_act.chain): each
+module between gets a forward hook that hands the chain its output.
 """
 
 import dataclasses
