@@ -141,18 +141,13 @@ def test_mlp_trains_like_nn_linear():
         assert_close(q, p, torch.float32)
 
 
-@pytest.mark.parametrize("p", [0.0, 0.3])
-def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
-    """Linear -> act -> Dropout -> Linear chains; the chain is used where the
-    dropout returns its input (p = 0, or eval mode), and otherwise nothing is
-    published and each layer runs alone, its gradients as eager's."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(p), nn.Linear(16, 4)).to(device).double()
-    reference = copy.deepcopy(model)
-    _, report = tga.fuse_linear_act(model, report=True)
-    assert report.chained == [("0", "3")] and model[0]._chain_out.through == (model[2],)
+def _check_chained_training(model, reference, first, second, p, device):
+    """In eval mode and in training, model's output and gradients are the
+    unfused reference's (the dropouts seeded alike); `second` takes Z from
+    `first` exactly where the dropout passes its input on (on the CPU:
+    float64 on CUDA never chains), and the link is empty after."""
     nodes = []
-    model[3].register_forward_hook(lambda m, args, out: nodes.append(takes_a_preact(out)))
+    second.register_forward_hook(lambda m, args, out: nodes.append(takes_a_preact(out)))
     x = torch.randn(5, 8, dtype=torch.float64, device=device)
     for training in (False, True):
         model.train(training)
@@ -166,9 +161,22 @@ def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
         grads_ref = torch.autograd.grad(y_ref.sum(), list(reference.parameters()))
         for g, r in zip(grads, grads_ref):
             assert_close(g, r, torch.float64)
-        chained = device == "cpu" and (p == 0 or not training)  # float64 on CUDA: never
+        chained = device == "cpu" and (p == 0 or not training)
         assert nodes[-1] == chained, (training, nodes[-1])
-        assert model[0]._chain_out.y is None  # taken, or never published
+        assert first._chain_out.y is None  # taken, or never published
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_chain_through_a_dropout_only_while_it_passes_its_input(p, device):
+    """Linear -> act -> Dropout -> Linear chains; the chain is used where the
+    dropout returns its input (p = 0, or eval mode), and otherwise nothing is
+    published and each layer runs alone, its gradients as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(p), nn.Linear(16, 4)).to(device).double()
+    reference = copy.deepcopy(model)
+    _, report = tga.fuse_linear_act(model, report=True)
+    assert report.chained == [("0", "3")] and model[0]._chain_out.through == (model[2],)
+    _check_chained_training(model, reference, model[0], model[3], p, device)
 
 
 class _TimmStyleMlp(nn.Module):
@@ -195,24 +203,7 @@ def test_chain_through_a_dropout_and_an_identity(p, device):
     reference = copy.deepcopy(model)
     _, report = tga.fuse_linear_act(model, report=True)
     assert report.chained == [("fc1", "fc2")] and model.fc1._chain_out.through == (model.drop1, model.norm)
-    nodes = []
-    model.fc2.register_forward_hook(lambda m, args, out: nodes.append(takes_a_preact(out)))
-    x = torch.randn(5, 8, dtype=torch.float64, device=device)
-    for training in (False, True):
-        model.train(training)
-        reference.train(training)
-        torch.manual_seed(1)
-        y = model(x)
-        torch.manual_seed(1)
-        y_ref = reference(x)
-        assert_close(y, y_ref, torch.float64)
-        grads = torch.autograd.grad(y.sum(), list(model.parameters()))
-        grads_ref = torch.autograd.grad(y_ref.sum(), list(reference.parameters()))
-        for g, r in zip(grads, grads_ref):
-            assert_close(g, r, torch.float64)
-        chained = device == "cpu" and (p == 0 or not training)  # float64 on CUDA: never
-        assert nodes[-1] == chained, (training, nodes[-1])
-        assert model.fc1._chain_out.y is None  # taken, or never published
+    _check_chained_training(model, reference, model.fc1, model.fc2, p, device)
     # A copy's link passes through the copy's own modules.
     clone = copy.deepcopy(model)
     assert clone.fc1._chain_out.through == (clone.drop1, clone.norm)
