@@ -23,9 +23,12 @@ from lm_head_parts import median_ms  # noqa: E402
 import torch_gemm_act  # noqa: E402
 from torch_gemm_act import _policy  # noqa: E402
 
-# name: (tokens, hidden width, vocabulary): bench/lm_head.py's heads, whole_llama's and BERT's masked rows.
+# name: (tokens, hidden width, vocabulary): bench/lm_head.py's heads, whole_llama's and BERT's masked
+# rows; and small heads, their vocabulary a multiple of 8 or not (what compiled eager holds there).
 HEADS = {"gpt2": lm_head.LINEAR_CE["linear_ce_gpt2"], "llama3": lm_head.LINEAR_CE["linear_ce_llama3"],
-         "llama_1b": (8192, 2048, 128256), "bert_masked": (2458, 768, 30522)}
+         "llama_1b": (8192, 2048, 128256), "bert_masked": (2458, 768, 30522),
+         "bert_masked_v8": (2458, 768, 30528), "small_32000": (2048, 1024, 32000),
+         "small_32001": (2048, 1024, 32001)}
 
 
 def road(rows):
@@ -89,7 +92,10 @@ def main():
         for rows in args.rows:
             if rows <= tokens and rows != rule:
                 fns[f"rows {rows}"] = step(road(rows), hidden, weight, target)
-        print(f"=== {case}: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}")
+        # Rule ce_rows's model of what compiled eager holds: the logits and the gradients, bf16.
+        modelled = 2 * (tokens * vocab + vocab * width + tokens * width) / 2 ** 20
+        print(f"=== {case}: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)}; ce_rows models "
+              f"compiled eager's peak as {modelled:.0f} MiB")
         ref = None
         if tokens * vocab <= 2 ** 31:
             h64, w64 = hidden.double().requires_grad_(True), weight.double().requires_grad_(True)
