@@ -3,9 +3,9 @@ the rows road (rule ce_rows, and its block forced to each of --rows) and
 the chunk road (rule ce_rows forced to 0), beside eager and compiled
 eager; time (median of CUDA-event timings, rounds interleaved), peak
 memory above the inputs, and the gradients' RMS error from float64 where
-the logits fit.
+the logits fit; with --profile, each one's GPU time per kernel name.
 
-    python bench/diag/lm_head_rows.py [--cases gpt2 ...] [--rows 2048 4096]
+    python bench/diag/lm_head_rows.py [--cases gpt2 ...] [--rows 2048 4096] [--profile]
 """
 
 import argparse
@@ -18,17 +18,19 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import lm_head  # noqa: E402
-from lm_head_parts import median_ms  # noqa: E402
+from lm_head_parts import median_ms, profile  # noqa: E402
 
 import torch_gemm_act  # noqa: E402
 from torch_gemm_act import _policy  # noqa: E402
 
 # name: (tokens, hidden width, vocabulary): bench/lm_head.py's heads, whole_llama's and BERT's masked
-# rows; and small heads, their vocabulary a multiple of 8 or not (what compiled eager holds there).
+# rows; small heads, their vocabulary a multiple of 8 or not (what compiled eager holds there); a
+# 32000 vocabulary at 4096 wide.
 HEADS = {"gpt2": lm_head.LINEAR_CE["linear_ce_gpt2"], "llama3": lm_head.LINEAR_CE["linear_ce_llama3"],
          "llama_1b": (8192, 2048, 128256), "bert_masked": (2458, 768, 30522),
          "bert_masked_v8": (2458, 768, 30528), "small_32000": (2048, 1024, 32000),
-         "small_32001": (2048, 1024, 32001)}
+         "small_32001": (2048, 1024, 32001), "mistral_4k": (4096, 4096, 32000),
+         "mistral_8k": (8192, 4096, 32000)}
 
 
 def road(rows):
@@ -71,6 +73,7 @@ def main():
     p.add_argument("--cases", nargs="+", default=list(HEADS))
     p.add_argument("--rows", nargs="+", type=int, default=[1024, 2048, 4096, 8192])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", action="store_true")
     args = p.parse_args()
     for case in args.cases:
         tokens, width, vocab = HEADS[case]
@@ -113,6 +116,9 @@ def main():
             print(f"{name:>16}: {t:8.3f} ms  {t / sorted(times['eager'])[args.rounds // 2]:.3f} x eager  "
                   f"{t / sorted(times['compile'])[args.rounds // 2]:.3f} x compile  "
                   f"peak {peak_mib(fn):8.0f} MiB  loss {loss.item():.5f}{err}", flush=True)
+        if args.profile:
+            for name, fn in fns.items():
+                profile(name, fn, 8)
         del fns, ref
         torch.cuda.empty_cache()
 
