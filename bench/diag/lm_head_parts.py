@@ -8,6 +8,7 @@ name), and the pieces eager is made of timed alone (CUDA events, median).
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -31,15 +32,28 @@ def median_ms(fn, reps=20):
 
 
 def profile(name, fn, top):
+    """fn's GPU time per kernel name, the host's time to issue it, and the
+    GPU's idle time between its first kernel's start and its last's end."""
     for _ in range(3):
         fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    host = time.perf_counter() - start
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_time_total > 0]
     total = sum(e.device_time_total for e in events)
-    print(f"--- {name}: {total / 1e3:.3f} ms of GPU time in {sum(e.count for e in events)} kernels")
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    idle, reached = 0.0, spans[0][0] if spans else 0.0
+    for begin, end in spans:
+        idle += max(0.0, begin - reached)
+        reached = max(reached, end)
+    print(f"--- {name}: {total / 1e3:.3f} ms of GPU time in {sum(e.count for e in events)} kernels, "
+          f"{idle / 1e3:.3f} ms idle between them; host {host * 1e3:.3f} ms to issue it")
     for e in sorted(events, key=lambda e: -e.device_time_total)[:top]:
         print(f"  {e.device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
 
