@@ -46,14 +46,17 @@ def profile(name, fn, top):
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_time_total > 0]
     total = sum(e.device_time_total for e in events)
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
                    if e.device_type == torch.autograd.DeviceType.CUDA)
-    idle, reached = 0.0, spans[0][0] if spans else 0.0
-    for begin, end in spans:
-        idle += max(0.0, begin - reached)
-        reached = max(reached, end)
+    gaps, reached, before = [], spans[0][0] if spans else 0.0, ""
+    for begin, end, kernel in spans:
+        if begin > reached:
+            gaps.append((begin - reached, before, kernel))
+        reached, before = max(reached, end), kernel
     print(f"--- {name}: {total / 1e3:.3f} ms of GPU time in {sum(e.count for e in events)} kernels, "
-          f"{idle / 1e3:.3f} ms idle between them; host {host * 1e3:.3f} ms to issue it")
+          f"{sum(g for g, _, _ in gaps) / 1e3:.3f} ms idle between them; host {host * 1e3:.3f} ms to issue it")
+    for gap, after, kernel in sorted(gaps, reverse=True)[:3]:
+        print(f"  idle {gap / 1e3:.3f} ms after {after[:50]} before {kernel[:50]}")
     for e in sorted(events, key=lambda e: -e.device_time_total)[:top]:
         print(f"  {e.device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
 
