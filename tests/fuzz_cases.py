@@ -256,7 +256,8 @@ def draw_linear_ce(rng, device):
     vocabulary (odd, chunk-sized, several chunks), bias, reduction, label
     smoothing, softcap, the share of ignored targets, now and then chunks
     of 128 columns (many chunks at small sizes), and the rows road's blocks
-    forced (one row to all of them) where the rule would take the chunks."""
+    forced (one row to all of them) where the rule would take the chunks or,
+    at an aligned vocabulary, eager's ops (rule ce_eager)."""
     p = {}
     _common(rng, device, p)
     tokens = rng.choice((rng.randint(1, 300), 8 * rng.randint(1, 64)))

@@ -382,14 +382,22 @@ _FORCED_ROWS = {}
 
 
 def _forced_rows(rows):
-    """Rule ce_rows answering `rows` (the rows road's block), one function
-    per value (a compiled graph guards on it); None: the rule's own answer."""
+    """Rule ce_rows answering `rows` (the rows road's block; 0 the chunk
+    road), one function per value (a compiled graph guards on it), and rule
+    ce_eager answering no; None: the rules' own answers."""
     from unittest import mock
 
     from torch_gemm_act import _policy
     if rows is None:
         return contextlib.nullcontext()
-    return mock.patch.object(_policy, "ce_rows", _FORCED_ROWS.setdefault(rows, lambda *args: rows))
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch.object(_policy, "ce_rows", _FORCED_ROWS.setdefault(rows, lambda *args: rows)))
+    stack.enter_context(mock.patch.object(_policy, "ce_eager", _no_eager))
+    return stack
+
+
+def _no_eager(tokens, vocab, element_size):
+    return False
 
 
 def _head_inputs(case, data):

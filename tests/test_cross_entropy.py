@@ -21,8 +21,10 @@ DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of 128 vocabulary columns: several per call at test sizes."""
+    """Chunks of 128 vocabulary columns: several per call at test sizes;
+    the roads, never eager's ops (rule ce_eager)."""
     monkeypatch.setattr(_policy, "ce_chunk", lambda tokens, width, vocab, element_size: 128)
+    monkeypatch.setattr(_policy, "ce_eager", lambda tokens, vocab, element_size: False)
 
 
 def _reference(h, w, t, b, reduction, label_smoothing, softcap, ignore_index=-100):
@@ -155,6 +157,58 @@ def test_opcheck(bias):
     torch.library.opcheck(torch.ops.gemm_act.linear_cross_entropy_backward.default,
                           (grad, h.detach(), w.detach(), t, b, lse.detach(), -100, 1, 0.1, 0.0, 128,
                            [True, True, bias]))
+
+
+def test_eager_rule():
+    """Rule ce_eager: a vocabulary a whole number of 16-byte units of the
+    dtype, logits below CE_EAGER_MAX_LOGITS_BYTES."""
+    assert _policy.ce_eager(4096, 32000, 2)  # Mistral's head at 4096 tokens
+    assert not _policy.ce_eager(4096, 32001, 2) and not _policy.ce_eager(2458, 30522, 2)  # unaligned
+    assert not _policy.ce_eager(8192, 128256, 2)  # Llama-3's logits: 2 GiB
+    assert _policy.ce_eager(100, 52, 4) and not _policy.ce_eager(100, 52, 2)  # units of 4 fp32, of 8 bf16
+    tokens = _policy.CE_EAGER_MAX_LOGITS_BYTES // (2 * 1024)
+    assert _policy.ce_eager(tokens - 1, 1024, 2) and not _policy.ce_eager(tokens, 1024, 2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_eager_road_is_eagers_ops(monkeypatch, device, dtype, reduction):
+    """Where rule ce_eager holds, a call with a gradient runs F.linear and
+    F.cross_entropy: eager's loss and gradients, bit for bit, and neither
+    road's operator; with the log-sum-exp asked for, or no gradient, a road."""
+    from torch_gemm_act import cross_entropy
+    calls = []
+    for name in ("_ROWS", "_CHUNKS_FORWARD"):
+        op = getattr(cross_entropy, name)
+        monkeypatch.setattr(cross_entropy, name, lambda *args, op=op, name=name: calls.append(name) or op(*args))
+    h, w, b, t = _case(40, 24, 256, dtype, True, device)
+    h, w, b = (x.to(dtype).requires_grad_() for x in (h, w, b))
+    assert _policy.ce_eager(40, 256, dtype.itemsize)
+    options = dict(reduction=reduction, label_smoothing=0.1, softcap=5.0)
+    ours = tga.linear_cross_entropy(h, w, t, b, **options)
+    eager = F.cross_entropy(5.0 * torch.tanh(F.linear(h, w, b) / 5.0), t, reduction=reduction, label_smoothing=0.1)
+    assert calls == [] and ours.dtype == eager.dtype and torch.equal(ours, eager)
+    grad = torch.randn_like(eager)
+    for got, want in zip(torch.autograd.grad(ours, (h, w, b), grad), torch.autograd.grad(eager, (h, w, b), grad)):
+        assert torch.equal(got, want)
+    tga.linear_cross_entropy(h, w, t, b, return_lse=True, **options)
+    with torch.no_grad():
+        tga.linear_cross_entropy(h, w, t, b, **options)
+    assert len(calls) == 2
+
+
+def test_eager_road_under_autocast():
+    """Under autocast eager's road is F.linear in autocast's dtype and
+    F.cross_entropy in fp32, as eager mode runs them."""
+    h, w, b, t = _case(40, 24, 256, torch.float32, True)
+    h, w = h.float().requires_grad_(), w.float().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = tga.linear_cross_entropy(h, w, t)
+        eager = F.cross_entropy(F.linear(h, w), t)
+    assert ours.dtype == eager.dtype == torch.float32 and torch.equal(ours, eager)
+    for got, want in zip(torch.autograd.grad(ours, (h, w)), torch.autograd.grad(eager, (h, w))):
+        assert torch.equal(got, want)
 
 
 def test_compiles_in_one_graph():

@@ -33,8 +33,9 @@ def _models():
 
 @pytest.fixture(autouse=True)
 def _small_chunks(monkeypatch):
-    # Several chunks at test sizes.
+    # Several chunks at test sizes; the roads, never eager's ops (rule ce_eager).
     monkeypatch.setattr(_policy, "ce_chunk", lambda tokens, width, vocab, element_size: 128)
+    monkeypatch.setattr(_policy, "ce_eager", lambda tokens, vocab, element_size: False)
 
 
 @pytest.mark.parametrize("name", list(_models()))
@@ -57,6 +58,25 @@ def test_training_loss_and_gradients_as_the_model_computes(name, num_items):
     got.loss.backward()
     for (n, p), q in zip(model.named_parameters(), fused.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-7, msg=n)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_eager_road_is_the_models_loss(monkeypatch, name):
+    """Where rule ce_eager holds, a bf16 causal LM's fused loss is the
+    model's own computation (fp32 logits' cross-entropy), bit for bit."""
+    monkeypatch.setattr(_policy, "ce_eager", lambda tokens, vocab, element_size: True)
+    torch.manual_seed(0)
+    model = _models()[name]().bfloat16().train()
+    fused = tga.fuse_lm_loss(copy.deepcopy(model))
+    ids = torch.randint(300, (2, 11))
+    want = model(input_ids=ids, labels=ids)
+    got = fused(input_ids=ids, labels=ids)
+    assert got.logits is None and got.loss.dtype == want.loss.dtype == torch.float32
+    assert torch.equal(got.loss, want.loss)
+    want.loss.backward()
+    got.loss.backward()
+    for (n, p), q in zip(model.named_parameters(), fused.parameters()):
+        assert torch.equal(q.grad, p.grad), n
 
 
 def test_other_calls_are_the_models_own():

@@ -19,7 +19,8 @@ from torch_gemm_act import _policy, cross_entropy
 @pytest.fixture
 def roads(monkeypatch):
     """Counts the calls of each road's operator; `force(rows)` makes rule
-    ce_rows answer `rows` (0: the chunk road) wherever it is asked."""
+    ce_rows answer `rows` (0: the chunk road) wherever it is asked, and
+    rule ce_eager answer no."""
     calls = {"rows": 0, "chunks": 0}
     rows_op, chunks_op = cross_entropy._ROWS, cross_entropy._CHUNKS_FORWARD
 
@@ -33,6 +34,7 @@ def roads(monkeypatch):
 
     def force(rows):
         monkeypatch.setattr(_policy, "ce_rows", lambda *args: rows)
+        monkeypatch.setattr(_policy, "ce_eager", lambda *args: False)
     calls["force"] = force
     return calls
 
@@ -228,22 +230,25 @@ def test_bad_input_says_what_was_given(call, error, match):
 
 def test_rule():
     """Rule ce_rows: blocks as few and as even as fit beside the fp32
-    gradients in the bytes of the logits and the gradients in the inputs'
-    dtype; none narrower than CE_ROWS_MIN_PRODUCT."""
+    gradients in the bytes of the logits (twice at an unaligned vocabulary)
+    and the gradients in the inputs' dtype; where there are several, none
+    narrower than CE_ROWS_MIN_PRODUCT."""
     def fits(tokens, width, vocab, rows, size=2):
         padded = -(-vocab // 8) * 8
         grads = vocab * width + tokens * width + vocab
         held = 4 * grads + (padded != vocab) * padded * width * size
-        return rows * padded * size + held <= (tokens * vocab + grads) * size
-    assert _policy.ce_rows(8192, 768, 50257, 2, 4) == 4096  # GPT-2: two blocks
-    assert fits(8192, 768, 50257, 4096) and not fits(8192, 768, 50257, 8192)
+        logits = tokens * vocab + (padded != vocab) * tokens * padded
+        return rows * padded * size + held <= (logits + grads) * size
+    assert _policy.ce_rows(8192, 768, 50257, 2, 4) == 8192  # GPT-2: one block
+    assert fits(8192, 768, 50257, 8192)
     assert _policy.ce_rows(16384, 4096, 128256, 2, 4) == 8192  # Llama-3's head: two blocks
     assert fits(16384, 4096, 128256, 8192) and not fits(16384, 4096, 128256, 16384)
     assert _policy.ce_rows(8192, 2048, 128256, 2, 4) == 4096
-    assert _policy.ce_rows(2458, 768, 30522, 2, 4) == 0  # below the product's floor
-    assert _policy.ce_rows(4096, 768, 30522, 2, 4) == 0  # too narrow a block to fit
-    assert fits(4096, 768, 30522, 1) and not fits(4096, 768, 30522, 2731)
-    assert _policy.ce_rows(100, 8, 50, 4, 4) == 0
+    assert _policy.ce_rows(2458, 768, 30522, 2, 4) == 2458  # BERT's masked head: one block, below the floor
+    assert _policy.ce_rows(2048, 1024, 32001, 2, 4) == 0  # two blocks would be below the floor
+    assert fits(2048, 1024, 32001, 1024) and not fits(2048, 1024, 32001, 2048)
+    assert _policy.ce_rows(16, 64, 5003, 2, 4) == 0  # the fp32 weight gradient alone exceeds it
+    assert not fits(16, 64, 5003, 1)
     assert _policy.ce_rows(0, 768, 50257, 2, 4) == 0
 
 

@@ -38,7 +38,7 @@ def _lm_loss(hidden, weight, bias, target, ignore_index, reduction, label_smooth
     the loss in the dtype the captured loss had."""
     with torch.autocast(hidden.device.type, enabled=False):
         loss, _ = _loss_and_lse(hidden.reshape(-1, hidden.shape[-1]), weight, target, bias, ignore_index,
-                                reduction, label_smoothing, softcap)
+                                reduction, label_smoothing, softcap, loss_dtype=dtype)
     return loss.to(dtype)
 
 

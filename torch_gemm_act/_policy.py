@@ -26,6 +26,8 @@ CE_CHUNK_BYTES = 1 << NUMBERS["CE_CHUNK_BYTES_LOG2"]
 
 # ce_rows: a block of linear_cross_entropy's rows road has at least this many rows x width.
 CE_ROWS_MIN_PRODUCT = 1 << NUMBERS["CE_ROWS_MIN_PRODUCT_LOG2"]
+# ce_eager: logits below this many bytes at an aligned vocabulary take eager's ops.
+CE_EAGER_MAX_LOGITS_BYTES = 1 << NUMBERS["CE_EAGER_MAX_LOGITS_BYTES_LOG2"]
 
 # tuned: the share by which a backend must beat the rule's own choice.
 TUNE_MARGIN = NUMBERS["TUNE_MARGIN_PERCENT"] / 100
@@ -200,27 +202,34 @@ def padded_vocab(vocab, element_size):
     return -(-vocab // unit) * unit
 
 
+def ce_eager(tokens, vocab, element_size):
+    """Rule ce_eager: whether linear_cross_entropy, a gradient wanted and
+    no log-sum-exp asked for, runs eager's ops over logits [tokens, vocab]
+    of `element_size` bytes each."""
+    return padded_vocab(vocab, element_size) == vocab and tokens * vocab * element_size < CE_EAGER_MAX_LOGITS_BYTES
+
+
 def ce_rows(tokens, width, vocab, element_size, sum_size):
     """Rule ce_rows: the tokens per block of linear_cross_entropy's rows
     road over hidden [tokens, width], or 0 for the chunk road. The block
     (rows a whole number of 16-byte units wide), the gradients summed in
     `sum_size` bytes (weight's, hidden's, bias's) and a padded copy of the
     weight where needed fit in what compiled eager holds at its peak: the
-    logits and those gradients in the inputs' dtype (`element_size` each).
-    The blocks are as few and as even as fit, and each has at least
+    logits (and, at an unaligned vocabulary, their padded copy) and those
+    gradients in the inputs' dtype (`element_size` each). The blocks are as
+    few and as even as fit; where there are several, each has at least
     CE_ROWS_MIN_PRODUCT rows x width."""
-    if tokens * width < CE_ROWS_MIN_PRODUCT:
-        return 0  # first, so that a compiled graph over few tokens guards on this alone
     padded = padded_vocab(vocab, element_size)
     grads = vocab * width + tokens * width + vocab
-    held = sum_size * grads
+    held, logits = sum_size * grads, tokens * vocab
     if padded != vocab:
         held += padded * width * element_size
-    most = (element_size * (tokens * vocab + grads) - held) // (padded * element_size)
+        logits += tokens * padded
+    most = (element_size * (logits + grads) - held) // (padded * element_size)
     if most < 1:
         return 0
     rows = -(-tokens // -(-tokens // most))
-    return rows if rows * width >= CE_ROWS_MIN_PRODUCT else 0
+    return rows if rows == tokens or rows * width >= CE_ROWS_MIN_PRODUCT else 0
 
 
 def tuned(rule_us, backend_us, eager_us):

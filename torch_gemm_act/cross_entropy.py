@@ -22,6 +22,10 @@ forward computes the loss and every gradient (linear_ce_rows: per block the
 logits, hidden's rows of gradient and weight's share, summed in fp32) and
 the backward scales them by the incoming gradient, rounding once. Three
 GEMM passes to the chunks' four.
+
+Eager's ops (rule ce_eager: a gradient wanted, an aligned vocabulary, the
+logits small): F.linear and F.cross_entropy, the logits held as eager holds
+them; there neither road is as fast.
 """
 
 import contextlib
@@ -29,6 +33,7 @@ import math
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _policy
@@ -231,16 +236,20 @@ def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100
     gathered whole on every rank, their gradients returned to their shards:
     correct, but the loss is not split over the ranks.
     """
-    loss, lse = _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap)
+    loss, lse = _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap,
+                              with_lse=return_lse)
     # F.cross_entropy's dtype: the logits' (hidden's), fp32 under autocast.
     autocast = torch.is_autocast_enabled(hidden.device.type) and hidden.dtype != torch.float64
     loss = loss.to(torch.float32 if autocast else hidden.dtype)
     return (loss, lse) if return_lse else loss
 
 
-def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap):
-    """linear_cross_entropy's checks and operator call: the loss in fp32
-    (float64 for float64 inputs), and the log-sum-exp."""
+def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, with_lse=False,
+                  loss_dtype=None):
+    """linear_cross_entropy's checks and road: the loss in fp32 (float64 for
+    float64 inputs), and the log-sum-exp, or None where eager's ops ran
+    (rule ce_eager, only without `with_lse`; the logits cast up to
+    `loss_dtype`, the dtype of the loss being replaced, where given)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"linear_cross_entropy: reduction must be one of {', '.join(_REDUCTIONS)}, "
                          f"got {reduction!r}")
@@ -281,6 +290,9 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
     tokens = hidden.numel() // width if width else 0
     args = (int(ignore_index), _REDUCTIONS.index(reduction), float(label_smoothing), float(softcap or 0.0))
     needs = [_policy.needs_grad(t) for t in (hidden, weight, bias)]
+    if not with_lse and any(needs) and _policy.ce_eager(tokens, weight.shape[0], hidden.dtype.itemsize):
+        loss = _eager(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, loss_dtype)
+        return loss.to(_accumulates_in(hidden.dtype)), None
     rows = _policy.ce_rows(tokens, width, weight.shape[0], hidden.dtype.itemsize,
                            _accumulates_in(hidden.dtype).itemsize) if reduction != "none" and any(needs) else 0
     flat = (hidden.reshape(-1, width), weight, target.reshape(-1).long(), bias)
@@ -290,6 +302,20 @@ def _loss_and_lse(hidden, weight, target, bias, ignore_index, reduction, label_s
         else:
             loss, lse = _forward(*flat, *args, _policy.ce_chunk(tokens, width, weight.shape[0], hidden.dtype.itemsize))
     return (loss.reshape(lead) if reduction == "none" else loss), lse.reshape(lead)
+
+
+def _eager(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, softcap, loss_dtype):
+    """Rule ce_eager's road: F.linear, the softcap, F.cross_entropy, as eager
+    mode runs them (the operands already in autocast's dtype; the loss, under
+    autocast, in fp32), the logits cast up to `loss_dtype` first where given."""
+    logits = F.linear(hidden, weight, bias)
+    if loss_dtype is not None:
+        logits = logits.to(torch.promote_types(logits.dtype, loss_dtype))
+    if softcap:
+        logits = softcap * torch.tanh(logits / softcap)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1).long(), ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing).reshape(
+        target.shape if reduction == "none" else ())
 
 
 def _gathered(t):

@@ -115,9 +115,10 @@ def _causal_lm_loss(model, hidden, labels, num_items_in_batch=None, ignore_index
         shift_labels = nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     head = model.lm_head
     reduction = "sum" if num_items_in_batch is not None else "mean"
+    # transformers upcasts the logits: its loss is fp32.
     loss, _ = _loss_and_lse(hidden, head.weight, shift_labels.to(hidden.device), head.bias, ignore_index, reduction,
-                            0.0, getattr(model.config, "final_logit_softcapping", None))
-    loss = loss.float()  # transformers upcasts the logits: its loss is fp32
+                            0.0, getattr(model.config, "final_logit_softcapping", None), loss_dtype=torch.float32)
+    loss = loss.float()
     if num_items_in_batch is not None:
         loss = loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch)
                        else num_items_in_batch)

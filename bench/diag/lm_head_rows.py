@@ -1,9 +1,10 @@
-"""linear_cross_entropy's two roads, loss + backward, at LM heads' shapes:
-the rows road (rule ce_rows, and its block forced to each of --rows) and
-the chunk road (rule ce_rows forced to 0), beside eager and compiled
-eager; time (median of CUDA-event timings, rounds interleaved), peak
-memory above the inputs, and the gradients' RMS error from float64 where
-the logits fit; with --profile, each one's GPU time per kernel name.
+"""linear_cross_entropy's roads, loss + backward, at LM heads' shapes: the
+rules' choice (ce_eager, ce_rows), the rows road with its block forced to
+each of --rows and the chunk road (ce_rows forced to 0; ce_eager off in
+both), beside eager and compiled eager; time (median of CUDA-event
+timings, rounds interleaved), peak memory above the inputs, and the
+gradients' RMS error from float64 where the logits fit; with --profile,
+each one's GPU time per kernel name.
 
     python bench/diag/lm_head_rows.py [--cases gpt2 ...] [--rows 2048 4096] [--profile]
 """
@@ -25,20 +26,23 @@ from torch_gemm_act import _policy  # noqa: E402
 
 # name: (tokens, hidden width, vocabulary): bench/lm_head.py's heads, whole_llama's and BERT's masked
 # rows; small heads, their vocabulary a multiple of 8 or not (what compiled eager holds there); a
-# 32000 vocabulary at 4096 wide.
+# 32000 vocabulary at 4096 wide; logits near rule ce_eager's bound.
 HEADS = {"gpt2": lm_head.LINEAR_CE["linear_ce_gpt2"], "llama3": lm_head.LINEAR_CE["linear_ce_llama3"],
          "llama_1b": (8192, 2048, 128256), "bert_masked": (2458, 768, 30522),
          "bert_masked_v8": (2458, 768, 30528), "small_32000": (2048, 1024, 32000),
          "small_32001": (2048, 1024, 32001), "mistral_4k": (4096, 4096, 32000),
-         "mistral_8k": (8192, 4096, 32000)}
+         "mistral_8k": (8192, 4096, 32000), "mistral_16k": (16384, 4096, 32000),
+         "llama_1b_4k": (4096, 2048, 128256)}
 
 
 def road(rows):
-    """linear_cross_entropy with rule ce_rows answering `rows` (None: the rule)."""
+    """linear_cross_entropy with rule ce_rows answering `rows` and rule
+    ce_eager no (None: the rules)."""
     def loss(h, w, t):
         if rows is None:
             return torch_gemm_act.linear_cross_entropy(h, w, t)
-        with mock.patch.object(_policy, "ce_rows", lambda *args: rows):
+        with mock.patch.object(_policy, "ce_rows", lambda *args: rows), \
+                mock.patch.object(_policy, "ce_eager", lambda *args: False):
             return torch_gemm_act.linear_cross_entropy(h, w, t)
     return loss
 
@@ -88,12 +92,13 @@ def main():
         # Each case compiled afresh: the same code at a second case's shapes compiles dynamic (slower) kernels.
         torch._dynamo.reset()
         rule = _policy.ce_rows(tokens, width, vocab, 2, 4)
+        chosen = "eager" if _policy.ce_eager(tokens, vocab, 2) else rule or "chunks"
         fns = {"eager": step(eager, hidden, weight, target),
                "compile": step(torch.compile(eager), hidden, weight, target),
                "chunks": step(road(0), hidden, weight, target),
-               f"rule ({rule or 'chunks'})": step(road(None), hidden, weight, target)}
+               f"rule ({chosen})": step(road(None), hidden, weight, target)}
         for rows in args.rows:
-            if rows <= tokens and rows != rule:
+            if rows <= tokens and (rows != rule or chosen == "eager"):
                 fns[f"rows {rows}"] = step(road(rows), hidden, weight, target)
         # Rule ce_rows's model of what compiled eager holds: the logits and the gradients, bf16.
         modelled = 2 * (tokens * vocab + vocab * width + tokens * width) / 2 ** 20
