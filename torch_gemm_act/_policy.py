@@ -225,11 +225,15 @@ def ce_rows(tokens, width, vocab, element_size, sum_size):
     if padded != vocab:
         held += padded * width * element_size
         logits += tokens * padded
-    most = (element_size * (logits + grads) - held) // (padded * element_size)
+    room = element_size * (logits + grads) - held  # bytes left for the block
+    if tokens * width < CE_ROWS_MIN_PRODUCT:
+        # One block or none; under a compiled graph's dynamic shapes, guards linear in tokens alone.
+        return tokens if room >= tokens * padded * element_size else 0
+    most = room // (padded * element_size)
     if most < 1:
         return 0
     rows = -(-tokens // -(-tokens // most))
-    return rows if rows == tokens or rows * width >= CE_ROWS_MIN_PRODUCT else 0
+    return rows if rows * width >= CE_ROWS_MIN_PRODUCT else 0
 
 
 def tuned(rule_us, backend_us, eager_us):
