@@ -218,7 +218,8 @@ def ce_rows(tokens, width, vocab, element_size, sum_size):
     logits (and, at an unaligned vocabulary, their padded copy) and those
     gradients in the inputs' dtype (`element_size` each). The blocks are as
     few and as even as fit; where there are several, each has at least
-    CE_ROWS_MIN_PRODUCT rows x width."""
+    CE_ROWS_MIN_PRODUCT rows x width. An answer of at least `tokens` is one
+    block."""
     padded = padded_vocab(vocab, element_size)
     grads = vocab * width + tokens * width + vocab
     held, logits = sum_size * grads, tokens * vocab
@@ -227,8 +228,9 @@ def ce_rows(tokens, width, vocab, element_size, sum_size):
         logits += tokens * padded
     room = element_size * (logits + grads) - held  # bytes left for the block
     if tokens * width < CE_ROWS_MIN_PRODUCT:
-        # One block or none; under a compiled graph's dynamic shapes, guards linear in tokens alone.
-        return tokens if room >= tokens * padded * element_size else 0
+        # One block (a constant above tokens: no symbolic size reaches the operator) or none; under
+        # a compiled graph's dynamic shapes, guards linear in tokens alone.
+        return CE_ROWS_MIN_PRODUCT if room >= tokens * padded * element_size else 0
     most = room // (padded * element_size)
     if most < 1:
         return 0

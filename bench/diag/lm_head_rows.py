@@ -91,7 +91,7 @@ def main():
             return F.cross_entropy(F.linear(h, w), t)
         # Each case compiled afresh: the same code at a second case's shapes compiles dynamic (slower) kernels.
         torch._dynamo.reset()
-        rule = _policy.ce_rows(tokens, width, vocab, 2, 4)
+        rule = min(_policy.ce_rows(tokens, width, vocab, 2, 4), tokens)
         chosen = "eager" if _policy.ce_eager(tokens, vocab, 2) else rule or "chunks"
         fns = {"eager": step(eager, hidden, weight, target),
                "compile": step(torch.compile(eager), hidden, weight, target),
