@@ -1,6 +1,7 @@
 """linear_cross_entropy: F.cross_entropy(hidden @ weight.T + bias, target)
-and its gradients without the logits ([tokens, vocabulary]) ever held
-whole: a language model's head and its loss as one operator.
+and its gradients without the logits ([tokens, vocabulary]) held whole,
+except where eager's ops are faster (rule ce_eager): a language model's
+head and its loss as one operator.
 
 The chunked path (every device): the vocabulary in chunks (rule
 ce_chunk), each chunk's logits a GEMM in the inputs' dtype, as F.linear
@@ -223,7 +224,9 @@ _rows_forward.register_autograd(_rows_autograd, setup_context=_rows_setup_contex
 def linear_cross_entropy(hidden, weight, target, bias=None, *, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0, softcap=None, return_lse=False):
     """``F.cross_entropy(F.linear(hidden, weight, bias), target, ...)`` and its
-    gradients without the logits held whole.
+    gradients without the logits held whole, except where eager's ops are
+    faster: with a gradient wanted, where a row of logits is a whole number
+    of 16-byte units and all of them take less than 1 GiB, it is those ops.
 
     hidden: [..., D]; weight: [V, D]; target: hidden's leading shape, class
     indices (ignore_index rows count nowhere); bias: [V] or None. With
@@ -327,7 +330,7 @@ def _gathered(t):
 
 class LinearCrossEntropy(nn.Linear):
     """An nn.Linear from hidden states to a vocabulary whose forward(hidden,
-    target) returns the cross-entropy of its logits against target, never
+    target) returns the cross-entropy of its logits against target, not
     holding the logits whole (linear_cross_entropy); its parameters, init
     and state_dict are nn.Linear's."""
 

@@ -1,6 +1,6 @@
 """fuse_lm_loss: a transformers language model's training loss through
 linear_cross_entropy, its logits ([batch, sequence, vocabulary]) never
-written.
+returned, and held whole only where linear_cross_entropy runs eager's ops.
 
 The model keeps its modules and parameters; its forward is bound anew on
 the instance. A call with ``labels`` in training (``model.training`` and
@@ -110,7 +110,7 @@ def _masked_lm_loss(model, hidden, labels):
 
 
 def _causal_lm_loss(model, hidden, labels, num_items_in_batch=None, ignore_index=-100, shift_labels=None):
-    """transformers' ForCausalLMLoss of lm_head(hidden), the logits never written."""
+    """transformers' ForCausalLMLoss of lm_head(hidden), through linear_cross_entropy's roads."""
     if shift_labels is None:
         shift_labels = nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     head = model.lm_head
