@@ -27,16 +27,16 @@ RULES = {
                            "2^{CE_CHUNK_BYTES_LOG2} bytes of logits, or as many as hidden's gradient takes in "
                            "fp32 where that is more (each chunk adds into that sum: a wider chunk, fewer "
                            "passes over it)", {"CE_CHUNK_BYTES_LOG2": 25}),
-    "ce_eager": ("python", "where a gradient is wanted, linear_cross_entropy runs eager's ops (F.linear, "
-                           "F.cross_entropy) at a vocabulary a whole number of 16-byte units of the inputs' "
-                           "dtype with logits below 2^{CE_EAGER_MAX_LOGITS_BYTES_LOG2} bytes, unless the "
+    "ce_eager": ("python", "with a gradient wanted, linear_cross_entropy runs eager's ops (F.linear, "
+                           "F.cross_entropy) where a row of logits is a whole number of 16-byte units and "
+                           "the logits take below 2^{CE_EAGER_MAX_LOGITS_BYTES_LOG2} bytes, unless the "
                            "log-sum-exp is asked for: there cuBLAS's aligned GEMMs and ATen's softmax beat "
                            "both roads", {"CE_EAGER_MAX_LOGITS_BYTES_LOG2": 30}),
     "ce_rows": ("python", "in training with a mean or summed loss, linear_cross_entropy takes the tokens in "
                           "blocks of the whole vocabulary, its gradients in the forward (three GEMMs to the "
                           "chunks' four), where the blocks fit, beside the gradients summed in fp32, in what "
-                          "compiled eager holds: the logits [tokens, vocab] (twice at a vocabulary not a "
-                          "whole number of 16-byte units) and the gradients in the inputs' dtype; as few and "
+                          "compiled eager holds: the logits [tokens, vocab] (twice where a row of them is "
+                          "not a whole number of 16-byte units) and the gradients in the inputs' dtype; as few and "
                           "as even as fit, and where there is more than one, a block's rows times hidden's "
                           "width reach 2^{CE_ROWS_MIN_PRODUCT_LOG2} (a narrower block's hidden-gradient GEMM "
                           "leaves the GPU idle); the vocabulary in chunks (ce_chunk) otherwise",
