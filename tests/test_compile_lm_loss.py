@@ -103,6 +103,24 @@ def test_a_module_head_and_loss_across_batch_sizes_compile_once(loss_fusion):
     assert counter.frame_count == frames and loss_fusion.losses == 1
 
 
+def test_the_scaled_gradient_traced_at_a_symbolic_size_adds_no_guard():
+    """The backward's scaling, traced by AOT autograd (where torch may not set
+    its compiling flag), must not guard on the token count: a guard there
+    compiles the step again for every batch size."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    from torch_gemm_act.cross_entropy import _scaled
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    grad = mode.from_tensor(torch.randn(6, 8, dtype=torch.float64), source=ConstantSource("grad"),
+                            symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 2))
+    with mode:
+        out = _scaled(grad, torch.tensor(2.0, dtype=torch.float64), torch.float32)
+    assert out.dtype == torch.float32 and out.shape == grad.shape
+    assert env.guards == []
+
+
 def test_a_transformers_step_that_returns_the_loss_alone(loss_fusion):
     """A compiled step over an unchanged GPT-2 that returns its loss, not its
     logits: the head's Linear and ForCausalLMLoss are one graph's, fused."""

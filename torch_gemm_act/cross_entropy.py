@@ -36,6 +36,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import is_fake
 
 from . import _policy
 from .ops import _is_dtensor
@@ -199,8 +200,10 @@ _SCALED_PIECE = 1 << 24
 def _scaled(grad, g, dtype):
     """grad * g computed in grad's dtype and rounded once to dtype. In eager
     mode piece by piece, so that no product of the whole (an fp32 weight
-    gradient's size) is ever held; compiled, Inductor makes it one kernel."""
-    if torch.compiler.is_compiling():
+    gradient's size) is ever held; compiled, Inductor makes it one kernel.
+    A traced backward is compiled whether or not torch's compiling flag is
+    set there: a loop over its symbolic size would guard on that size."""
+    if torch.compiler.is_compiling() or is_fake(grad):
         return (grad * g).to(dtype)
     out = torch.empty(grad.shape, dtype=dtype, device=grad.device)
     flat, into = grad.reshape(-1), out.view(-1)
