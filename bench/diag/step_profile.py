@@ -8,8 +8,9 @@ kernel families whose time differs most between the two.
         [--contenders eager fused mlp head]
 
 Contenders: eager, fused (bench/whole.py's), mlp (fuse_linear_act alone),
-head (fuse_lm_loss alone), liger (Liger-Kernel's Llama, where installed);
-each after the first is compared with the first.
+head (fuse_lm_loss alone), liger (Liger-Kernel's Llama, where installed),
+eager_dropout and fused_dropout (the residual branches' dropout on, p 0.1:
+what such a dropout costs); each after the first is compared with the first.
 
 --cpu-dry-run runs a tiny model on the CPU (the script's plumbing, not its
 numbers: wall-clock times, the profiler's CPU events).
@@ -132,8 +133,31 @@ def _liger(case, model):
     return found["liger"]
 
 
+# The dropouts on each block's residual branch (after an out-projection), by the
+# module names the libraries give them; the configs' default rate, which whole.py turns off.
+_RESIDUAL_DROPOUTS = {"gpt2": ("attn.resid_dropout", "mlp.dropout"), "bert": ("output.dropout",),
+                      "vit": ("attn.proj_drop", "mlp.drop2")}
+RESIDUAL_DROPOUT_P = 0.1
+
+
+def _residual_dropout(then):
+    """A contender with the residual branches' dropout on (p 0.1), then `then` applied."""
+    def make(case, model):
+        names = _RESIDUAL_DROPOUTS.get(whole.WHOLE[case][0])
+        if not names:
+            raise SystemExit(f"step_profile: {case} has no dropout on its residual branches")
+        drops = [m for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and n.endswith(names)]
+        if not drops:
+            raise SystemExit(f"step_profile: no dropout module named {names} in {case}")
+        for m in drops:
+            m.p = RESIDUAL_DROPOUT_P
+        return then(case, model)
+    return make
+
+
 CONTENDERS = {"eager": lambda case, model: model, "fused": whole.fuse, "mlp": _mlp, "head": whole.fuse_loss,
               "liger": _liger}
+CONTENDERS.update({f"{name}_dropout": _residual_dropout(CONTENDERS[name]) for name in ("eager", "fused")})
 
 
 def families(kernels, own_time, steps):
