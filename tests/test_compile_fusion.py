@@ -324,3 +324,65 @@ def test_relu_in_training_compiles_as_eager_cuda(activation, fusion):
     with torch.no_grad():
         torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
     assert fusion.fused == (1 if relu else 2)
+
+
+class _ResidualBranch(nn.Module):
+    """A block's out-projection: LayerNorm(r + dropout(proj(x))), proj an
+    nn.Linear or transformers' Conv1D (GPT-2's, an addmm between views)."""
+
+    def __init__(self, p, conv1d):
+        super().__init__()
+        self.proj = transformers.pytorch_utils.Conv1D(24, 16) if conv1d else nn.Linear(16, 24)
+        self.drop, self.norm = nn.Dropout(p), nn.LayerNorm(24)
+
+    def forward(self, x, r):
+        h = r + self.drop(self.proj(x))
+        return h, self.norm(h)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
+@pytest.mark.parametrize("conv1d", [False, True])
+@pytest.mark.parametrize("p, training, fused", [(0.25, True, 1), (0.25, False, 0), (0.0, True, 0)])
+def test_residual_branch_becomes_gemm_dropout_add_where_the_rule_says(fusion, monkeypatch, device, conv1d, p,
+                                                                      training, fused):
+    if device == "cpu":
+        # The rule asks for the fused kernel's GPU; here it is read as true, so the CPU tests the rewrite.
+        monkeypatch.setattr(_policy, "hopper_fused", lambda x: True)
+    elif not _policy.hopper_fused(torch.ones(1, device=device, dtype=torch.bfloat16)):
+        fused = 0  # another GPU: the rule leaves the branch to Inductor
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    tol = dict(rtol=1e-5, atol=1e-5) if device == "cpu" else dict(rtol=2e-2, atol=2e-2)
+    torch.manual_seed(0)
+    block = _ResidualBranch(p, conv1d).train(training).to(device=device, dtype=dtype)
+    with torch.no_grad():  # Linear(x) near 3: a kept element never rounds to r, so h tells the mask
+        block.proj.bias.fill_(3.0)
+        block.proj.weight.mul_(0.1)
+    x = torch.randn(4, 64, 16, device=device, dtype=dtype, requires_grad=True)
+    r = torch.randn(4, 64, 24, device=device, dtype=dtype, requires_grad=True)
+    counter = CompileCounterWithBackend("inductor")
+    h, out = torch.compile(block, backend=counter, fullgraph=True)(x, r)
+    assert fusion.residuals == fused and counter.frame_count == 1
+    z = block.proj(x).detach()
+    kept = (h - r).detach() != 0
+    if fused:
+        # Each element is r, or r + z / (1 - p): the mask scaled as drawn.
+        torch.testing.assert_close(h.detach()[kept], (r + z / (1 - p)).detach()[kept], **tol)
+        assert 0.6 < kept.float().mean().item() < 0.9
+    elif not training or p == 0:
+        torch.testing.assert_close(h.detach(), (r + z).detach(), **tol)  # no dropout: Inductor's add
+    else:
+        return  # Inductor's own dropout (another GPU): its mask is not ours to check
+    g_h, g_out = torch.randn_like(h), torch.randn_like(out)
+    torch.autograd.backward((h, out), (g_h, g_out))
+    # The residual's gradient is what reaches h; x's goes through the kept elements only.
+    h_ref = h.detach().requires_grad_()
+    out_ref = block.norm(h_ref)
+    (g_h_total,) = torch.autograd.grad(out_ref, h_ref, g_out)
+    g_h_total = g_h_total + g_h
+    torch.testing.assert_close(r.grad, g_h_total, **tol)
+    if fused:
+        weight = block.proj.weight
+        w_nk = weight.t() if conv1d else weight
+        want = (g_h_total.double() * kept / (1 - p)) @ w_nk.detach().double()
+        torch.testing.assert_close(x.grad.double(), want, rtol=1e-4 if device == "cpu" else 3e-2,
+                                   atol=1e-5 if device == "cpu" else 3e-2)

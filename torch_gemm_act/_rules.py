@@ -20,6 +20,9 @@ RULES = {
                                     "formula", {}),
     "compiles_to_glu": ("python", "under torch.compile, gemm_glu only in inference where its fused kernel runs "
                                   "(glu_rows)", {}),
+    "compiles_dropout_add": ("python", "under torch.compile, a residual branch r + dropout(Linear(x)) with dropout "
+                                       "on becomes gemm_dropout_add where its fused kernel runs (hopper_fused); "
+                                       "without dropout Inductor folds the add into the next norm itself", {}),
     "links": ("python", "fuse_linear_act links a layer to the next Linear only where act' needs Z", {}),
     "chains": ("python", "a linked layer chains on CUDA where gemm_dact is the fused kernel (hopper_fused); on "
                          "the CPU always", {}),

@@ -106,14 +106,35 @@ LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation
 #define GEMM_ACT_SM90_GEMM_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_kernel)
 #define GEMM_ACT_SM90_DACT_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_dact_kernel)
 #define GEMM_ACT_SM90_GLU_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_glu_kernel)
+// gemm_dropout_add's kernels have no activation: Activation::None only.
+#define GEMM_ACT_SM90_DROPOUT_CASE(C, D, L)                                                \
+  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {            \
+    if (act == Activation::None) {                                                         \
+      result = launch_dropout_kernel<KernelConfig::C, Dtype::D, BLayout::L, Activation::None>(la); \
+    }                                                                                      \
+    return result;                                                                         \
+  }
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_GEMM_CASE)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_DACT_CASE)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_GLU_CASE)
+  GEMM_ACT_SM90_FOR_EACH_DROPOUT_KERNEL(GEMM_ACT_SM90_DROPOUT_CASE)
+#undef GEMM_ACT_SM90_DROPOUT_CASE
 #undef GEMM_ACT_SM90_GLU_CASE
 #undef GEMM_ACT_SM90_DACT_CASE
 #undef GEMM_ACT_SM90_GEMM_CASE
 #undef GEMM_ACT_SM90_CASE
   return result;
+}
+
+// Runs `op`'s kernel la.config: false where CUTLASS cannot implement the
+// case (nothing ran); a RuntimeError naming the kernel on any other failure.
+bool launch_or_throw(const char* op, Dtype dtype, BLayout layout, Activation act, const LaunchArgs& la) {
+  const LaunchResult result = launch(la.config, dtype, layout, act, la);
+  if (result.status == LaunchStatus::kNotImplementable) return false;
+  TORCH_CHECK(result.status == LaunchStatus::kOk, op, ": the sm90 kernel '", config_name(la.config), "' failed at ",
+              result.what, ": ",
+              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  return true;
 }
 
 // The configuration named `name` (the testing switch's sm90_kernel).
@@ -350,11 +371,7 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
     poison_if_requested(sums);
     p.z = sums.data_ptr();
   }
-  const LaunchResult result = launch(la.config, *dtype, *layout, p.activation, la);
-  if (result.status == LaunchStatus::kNotImplementable) return false;
-  TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_dact: the sm90 kernel '",
-              config_name(la.config), "' failed at ", result.what, ": ",
-              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  if (!launch_or_throw("gemm_dact", *dtype, *layout, p.activation, la)) return false;
   if (column_sums != nullptr) {
     *column_sums = at::empty({p.n}, args.y.options());
     poison_if_requested(*column_sums);
@@ -404,12 +421,32 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
   order_tiles(p, *dtype, la);
-  const LaunchResult result = launch(la.config, *dtype, BLayout::KMajor, activation, la);
-  if (result.status == LaunchStatus::kNotImplementable) return std::nullopt;
-  TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_glu: the sm90 kernel '",
-              config_name(la.config), "' failed at ", result.what, ": ",
-              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  if (!launch_or_throw("gemm_glu", *dtype, BLayout::KMajor, activation, la)) return std::nullopt;
   return outputs;
+}
+
+bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream) {
+  const GemmActParams& p = args.params;
+  if (!args.a.is_cuda() || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.c == nullptr || p.dropout_seed == nullptr ||
+      p.bias_kind == BiasKind::PerRow) {
+    return false;
+  }
+  const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
+  const int device = args.a.get_device();
+  if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return false;
+  const int64_t align = 16 / element_bytes(*dtype);
+  const std::optional<BLayout> layout = b_fits_tma(p, align, /*n_major_ok=*/true);
+  if (!layout.has_value() || !a_fits_tma(p, align) || !outputs_fit_tma(p, align) || !c_fits_tma(p, align)) {
+    return false;
+  }
+  Workspace workspace{args.a.options().dtype(at::kByte), {}};
+  LaunchArgs la = launch_args(p, device, workspace, stream);
+  la.config = KernelConfig::pingpong_128x128_c1x2_drop;
+  const std::optional<KernelConfig> forced = forced_config();
+  if (forced.has_value() && config_op(*forced) == KernelOp::GemmDropoutAdd) la.config = *forced;
+  if (!is_compiled(la.config, *dtype, *layout)) return false;
+  order_tiles(p, *dtype, la);
+  return launch_or_throw("gemm_dropout_add", *dtype, *layout, Activation::None, la);
 }
 
 std::vector<KernelInfo> compiled_kernels() {
@@ -422,6 +459,7 @@ std::vector<KernelInfo> compiled_kernels() {
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_INFO)
+  GEMM_ACT_SM90_FOR_EACH_DROPOUT_KERNEL(GEMM_ACT_SM90_INFO)
 #undef GEMM_ACT_SM90_INFO
   return out;
 }
