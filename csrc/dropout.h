@@ -79,6 +79,24 @@ GEMM_ACT_HD T dropout_factor(uint32_t draw, uint64_t threshold, T scale) {
   return static_cast<uint64_t>(draw) < threshold ? scale : T(0);
 }
 
+// Keep bits of elements 32 * word ... 32 * word + 31 (bit j: element
+// 32 * word + j kept), from the eight groups' draws: what the sm90 epilogue
+// reads instead of drawing (cuda/dropout/dropout_pass.cu writes them).
+GEMM_ACT_HD uint32_t dropout_keep_word(uint64_t seed, uint64_t word, uint64_t threshold) {
+  uint32_t bits = 0;
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#pragma unroll
+#endif
+  for (int g = 0; g < 8; ++g) {
+    uint32_t draws[4];
+    dropout_draws(seed, 8 * word + g, draws);
+    for (int lane = 0; lane < 4; ++lane) {
+      bits |= static_cast<uint32_t>(static_cast<uint64_t>(draws[lane]) < threshold) << (4 * g + lane);
+    }
+  }
+  return bits;
+}
+
 // The pass every backend runs over N-element rows: out = residual + factor * z
 // (residual null: out = factor * z, the backward's dZ = gY * mask * scale).
 // All contiguous, row-major, of numel elements.

@@ -1,6 +1,6 @@
 // gemm_dropout_add's checks and composite forward, registered for every
 // backend (CUDA's own registration tries its fused kernel first), and its
-// autocast rule. The autograd formula is Python's (torch_gemm_act/ops.py).
+// autocast rule. Its autograd: dropout_autograd.cpp.
 #include "dropout_add.h"
 
 #include <ATen/ATen.h>

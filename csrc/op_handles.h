@@ -42,6 +42,7 @@ using CeChunkBackwardSignature = void(const at::Tensor&, const at::Tensor&, cons
                                       const at::Tensor&, int64_t, int64_t, double, double);
 
 using DropoutAddSignature = at::Tensor(const at::Tensor&, const at::Tensor&, double, const at::Tensor&);
+using DropoutScaleSignature = at::Tensor(const at::Tensor&, double, const at::Tensor&);
 using GemmDropoutAddSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
                                            const std::optional<at::Tensor>&, const at::Tensor&, double,
                                            const at::Tensor&);
@@ -90,6 +91,10 @@ inline const c10::TypedOperatorHandle<GluBackwardSignature>& glu_backward() {
 }
 inline const c10::TypedOperatorHandle<DropoutAddSignature>& dropout_add() {
   static const auto h = find<DropoutAddSignature>("gemm_act::dropout_add");
+  return h;
+}
+inline const c10::TypedOperatorHandle<DropoutScaleSignature>& dropout_scale() {
+  static const auto h = find<DropoutScaleSignature>("gemm_act::dropout_scale");
   return h;
 }
 inline const c10::TypedOperatorHandle<GemmDropoutAddSignature>& gemm_dropout_add() {

@@ -1,7 +1,7 @@
 // The operators' schema, declared once. Each backend registers its
 // implementation in a file of its own: cpu/register_cpu.cpp,
 // cuda/register_cuda.cpp, chained.cpp, gated.cpp, dropout_add.cpp, autocast.cpp, autograd.cpp,
-// gated_autograd.cpp; the fake (meta) kernels are Python
+// gated_autograd.cpp, dropout_autograd.cpp; the fake (meta) kernels are Python
 // (torch_gemm_act/ops.py).
 #include <torch/library.h>
 

@@ -2,10 +2,7 @@
 (gemm_act, gemm_act_chained, gemm_glu, gemm_dropout_add, explain, and
 linear_cross_entropy's chunk passes), their torch.ops handles and
 fake (meta) kernels. Their autograd is registered in C++ (csrc/autograd.cpp,
-csrc/gated_autograd.cpp), but dropout's (dropout_add, gemm_dropout_add),
-registered here."""
-
-import math
+csrc/gated_autograd.cpp, csrc/dropout_autograd.cpp)."""
 
 import torch
 
@@ -211,49 +208,3 @@ def _gemm_dropout_add_fake(a, b, bias, residual, p, seed):
                          f"{tuple(residual.shape)}")
     # Under autocast a residual of another dtype promotes the result (csrc/dropout_add.cpp).
     return residual.new_empty(out_shape, dtype=torch.promote_types(a.dtype, residual.dtype))
-
-
-# Dropout's gradient draws the mask again from the saved seed (csrc/dropout.h):
-# dZ = gY * mask * 2^32 / T; the residual's gradient is gY itself.
-def _dropout_grad(grad, p, seed):
-    return dropout_scale(grad, p, seed) if p > 0 else grad
-
-
-def _dropout_add_setup(ctx, inputs, output):
-    _, _, ctx.p, seed = inputs
-    ctx.save_for_backward(seed)
-
-
-def _dropout_add_backward(ctx, grad):
-    seed, = ctx.saved_tensors
-    grad_z = _dropout_grad(grad, ctx.p, seed) if ctx.needs_input_grad[0] else None
-    return grad_z, (grad if ctx.needs_input_grad[1] else None), None, None
-
-
-torch.library.register_autograd("gemm_act::dropout_add", _dropout_add_backward, setup_context=_dropout_add_setup)
-
-
-def _gemm_dropout_add_setup(ctx, inputs, output):
-    a, b, bias, _, ctx.p, seed = inputs
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None,
-                          b if ctx.needs_input_grad[0] else None, bias, seed)
-
-
-def _gemm_dropout_add_backward(ctx, grad):
-    a, b, bias, seed = ctx.saved_tensors
-    need_a, need_b, need_bias, need_residual = ctx.needs_input_grad[:4]
-    grad_a = grad_b = grad_bias = None
-    if need_a or need_b or need_bias:
-        dz = _dropout_grad(grad, ctx.p, seed)
-        if need_a:
-            grad_a = dz.matmul(b.t())
-        if need_b:
-            rows = math.prod(a.shape[:-1])  # not -1: K or N may be 0
-            grad_b = a.reshape(rows, a.shape[-1]).t().matmul(dz.reshape(rows, dz.shape[-1]))
-        if need_bias:
-            grad_bias = torch.ops.gemm_act.bias_grad(dz, bias)
-    return grad_a, grad_b, grad_bias, (grad if need_residual else None), None, None
-
-
-torch.library.register_autograd("gemm_act::gemm_dropout_add", _gemm_dropout_add_backward,
-                                setup_context=_gemm_dropout_add_setup)

@@ -67,6 +67,8 @@ def main():
     torch.manual_seed(0)
     eager, fused = _branch(_eager_branch), _branch(_fused_branch)
     torch._dynamo.reset()
+    # Each shape, with and without gradients, compiles anew: more than Dynamo's default 8 per function.
+    torch._dynamo.config.recompile_limit = 64
     compiled = _with_pass(torch.compile(_branch(_eager_branch)), False)
     compile_fusion = _with_pass(torch.compile(_branch(lambda *a: _eager_branch(*a))), True)
     everyone = {"eager": eager, "fused": fused, "compiled": compiled, "compile_fusion": compile_fusion}

@@ -55,5 +55,10 @@ void ce_chunk_backward_cuda(const CeChunkParams& params, at::ScalarType dtype);
 
 // Dropout's pass (dropout/dropout_pass.cu, dropout.h).
 void dropout_cuda(const DropoutParams& params, at::ScalarType dtype);
+// The keep bits of numel elements ((numel + 31) / 32 words, dropout_keep_word)
+// for the seed at `seed` (device memory), on `stream`: what the sm90
+// gemm_dropout_add epilogue reads.
+void dropout_keep_bits_cuda(const int64_t* seed, uint64_t threshold, int64_t numel, uint32_t* words,
+                            cudaStream_t stream);
 
 }  // namespace gemm_act

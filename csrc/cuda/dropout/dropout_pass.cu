@@ -1,6 +1,6 @@
 // Dropout's pass on CUDA (dropout.h): one thread per group of four elements,
 // one Philox draw each; one aligned 4-element access per tensor where every
-// pointer allows it.
+// pointer allows it. And the keep bits the sm90 epilogue reads.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
@@ -58,6 +58,15 @@ __global__ void dropout_kernel(DropoutParams p) {
   }
 }
 
+// One thread per 32-bit word of keep bits (dropout_keep_word); the bits of
+// elements past numel are whatever the draws say, and never read.
+__global__ void keep_bits_kernel(const int64_t* seed_ptr, uint64_t threshold, int64_t words, uint32_t* out) {
+  const uint64_t seed = static_cast<uint64_t>(*seed_ptr);
+  for (int64_t w = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; w < words; w += int64_t{gridDim.x} * blockDim.x) {
+    out[w] = dropout_keep_word(seed, static_cast<uint64_t>(w), threshold);
+  }
+}
+
 template <class Element>
 void launch(const DropoutParams& p, cudaStream_t stream, int sm_count) {
   const auto aligned = [](const void* ptr) {
@@ -76,6 +85,14 @@ void launch(const DropoutParams& p, cudaStream_t stream, int sm_count) {
 }
 
 }  // namespace
+
+void dropout_keep_bits_cuda(const int64_t* seed, uint64_t threshold, int64_t numel, uint32_t* words,
+                            cudaStream_t stream) {
+  const int64_t count = (numel + 31) / 32;
+  if (count == 0) return;
+  keep_bits_kernel<<<(count + kThreads - 1) / kThreads, kThreads, 0, stream>>>(seed, threshold, count, words);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 
 void dropout_cuda(const DropoutParams& p, at::ScalarType dtype) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();

@@ -6,7 +6,8 @@
 // C (the residual) comes through the collective's TMA source path
 // (TmaSourceFetch: contiguous 16-byte-aligned rows), the bias per column or
 // scalar through CUTLASS's row broadcast, the factor from the mask leaf
-// (sm90_dropout_mask.cuh). No activation, no Z.
+// (sm90_dropout_mask.cuh), which reads the keep bits params.z points at
+// (no Z is stored: the op has none).
 #pragma once
 
 #include "cuda/sm90/sm90_config.cuh"
@@ -64,7 +65,7 @@ struct DropoutAddEpilogue {
             {p.c != nullptr},                                                        // C
             {has_bias ? bias : nullptr, Element(0),
              {_0{}, p.bias_kind == BiasKind::PerColumn, int64_t(0)}},                // bias[n] / bias[0]
-            {p.dropout_seed, p.dropout_threshold, static_cast<float>(p.dropout_scale)},  // the mask
+            {static_cast<const uint32_t*>(p.z), static_cast<float>(p.dropout_scale)},  // the keep bits
             DropoutAddArguments{has_bias}};
   }
 };

@@ -20,6 +20,7 @@
 
 #include "activations.h"
 #include "checks.h"
+#include "cuda/cuda_backends.h"
 #include "cuda/library/cublaslt_epilogue.h"
 #include "cuda/sm90/sm90_column_sums.h"
 #include "cuda/sm90/sm90_heuristic.h"
@@ -426,7 +427,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
 }
 
 bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream) {
-  const GemmActParams& p = args.params;
+  GemmActParams p = args.params;  // z: the keep bits the epilogue reads
   if (!args.a.is_cuda() || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.c == nullptr || p.dropout_seed == nullptr ||
       p.bias_kind == BiasKind::PerRow) {
     return false;
@@ -445,6 +446,11 @@ bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream) {
   const std::optional<KernelConfig> forced = forced_config();
   if (forced.has_value() && config_op(*forced) == KernelOp::GemmDropoutAdd) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
+  // The mask drawn by a kernel of its own, at full occupancy, as bits (rule dropout_bits).
+  const at::Tensor bits = at::empty({(p.m * p.n + 31) / 32}, args.a.options().dtype(at::kInt));
+  dropout_keep_bits_cuda(p.dropout_seed, p.dropout_threshold, p.m * p.n,
+                         reinterpret_cast<uint32_t*>(bits.mutable_data_ptr<int32_t>()), stream);
+  p.z = bits.mutable_data_ptr();
   order_tiles(p, *dtype, la);
   return launch_or_throw("gemm_dropout_add", *dtype, *layout, Activation::None, la);
 }
