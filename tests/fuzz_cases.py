@@ -326,6 +326,11 @@ def draw_dropout_add(rng, device):
     p["mask_seed"] = rng.randrange(2 ** 31)
     p["grads"] = tuple(x for x in ("x", "weight", "bias", "residual") if rng.random() < 0.75
                        and (x != "bias" or p["bias"])) if p["train"] else ()
+    # On CUDA, half the cases the sm90 fused kernel forced (which only the testing switch chooses).
+    if str(device).startswith("cuda"):
+        configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dropout_add")})
+        if configs and rng.random() < 0.5:
+            p["sm90_kernel"] = rng.choice(configs)
     return p
 
 

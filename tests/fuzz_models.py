@@ -673,7 +673,8 @@ def build_dropout_add(case, data):
     def ref(t64, hint):
         return (t64["residual"] + linear(t64) * mask64,)
 
-    return Trial(inputs, ours, theirs, ref, _comp(p), (True,))
+    settings = (lambda: tga.testing.override(sm90_kernel=p["sm90_kernel"])) if p.get("sm90_kernel") else None
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,), settings=settings)
 
 
 BUILDERS = {"gemm_act": build_gemm_act, "linear_act": build_linear, "linear_module": build_linear,

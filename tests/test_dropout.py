@@ -271,9 +271,17 @@ def _kernel_names(fn):
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+FUSED = "pingpong_128x128_c1x2_drop"
+
+
 def _fused_kernels_built():
-    return bool(tga.testing.kernels("sm90", op="gemm_dropout_add")) and \
+    return FUSED in {k["name"] for k in tga.testing.kernels("sm90", op="gemm_dropout_add")} and \
         torch.cuda.get_device_capability() == (9, 0)
+
+
+def _forced():
+    """The fused kernel, which only the testing switch chooses (rule dropout_forced)."""
+    return tga.testing.override(sm90_kernel=FUSED)
 
 
 @requires_cuda
@@ -287,9 +295,13 @@ def test_the_fused_kernel_draws_the_defined_mask_cuda(dtype, m, k, n, bias, conv
     x, w, b, r = _linear_operands((m,), k, n, dtype, "cuda", bias)
     wt = w.t().contiguous() if conv1d else w.t()  # [K, N] N-major (Conv1D) or K-major (nn.Linear)
     seed = _seed(2 ** 62 + 12345, "cuda")
-    names = _kernel_names(lambda: OPS.gemm_dropout_add(x, wt, b, r, 0.1, seed))
-    assert not any("dropout_kernel" in name for name in names), names  # one kernel, not GEMM + pass
-    y = OPS.gemm_dropout_add(x, wt, b, r, 0.1, seed)
+    with _forced():
+        names = _kernel_names(lambda: OPS.gemm_dropout_add(x, wt, b, r, 0.1, seed))
+        y = OPS.gemm_dropout_add(x, wt, b, r, 0.1, seed)
+    # The keep bits' kernel, then the GEMM: no GEMM then a dropout pass.
+    assert any("keep_bits_kernel" in name for name in names) and not any("dropout_kernel" in name for name in names)
+    # Unforced, the rule runs the GEMM and dropout's pass.
+    assert any("dropout_kernel" in name for name in _kernel_names(lambda: OPS.gemm_dropout_add(x, wt, b, r, 0.1, seed)))
     ref, _ = _reference_linear_dropout_add(x, w, b, r, 0.1, seed)
     assert_close(y, ref, dtype)
     # Dropped elements are the residual exactly, at the mask's positions.
@@ -303,9 +315,9 @@ def test_the_fused_and_composite_roads_agree_cuda():
         pytest.skip("no fused gemm_dropout_add kernel for this GPU in this build")
     x, w, b, r = _linear_operands((512,), 256, 384, torch.bfloat16, "cuda", "column")
     seed = _seed(7, "cuda")
-    fused = OPS.gemm_dropout_add(x, w.t(), b, r, 0.3, seed)
-    with tga.testing.override(cuda_backend="library"):
-        composite = OPS.gemm_dropout_add(x, w.t(), b, r, 0.3, seed)
+    with _forced():
+        fused = OPS.gemm_dropout_add(x, w.t(), b, r, 0.3, seed)
+    composite = OPS.gemm_dropout_add(x, w.t(), b, r, 0.3, seed)
     dropped = (OPS.dropout_scale(torch.ones(512, 384, dtype=torch.float64), 0.3, seed.cpu()) == 0).cuda()
     assert torch.equal(fused[dropped], r[dropped]) and torch.equal(composite[dropped], r[dropped])
     assert_close(fused, composite, torch.bfloat16)

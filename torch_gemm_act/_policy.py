@@ -151,13 +151,6 @@ def compiles_to_glu(a, needs_grad):
     return not statically_known_true(rows < FUSED_GLU_MIN_ROWS)
 
 
-def compiles_dropout_add(x, p, needs_grad):
-    """Rule compiles_dropout_add: whether compiled code takes gemm_dropout_add
-    for ``r + dropout(Linear(x), p)``: with dropout on (p > 0, so in
-    training) where the fused kernel draws the mask (hopper_fused)."""
-    return p > 0 and needs_grad and hopper_fused(x)
-
-
 def links(activation):
     """Rule links: whether fuse_linear_act links a fused layer with
     `activation` to the Linear its output feeds: where act' needs Z. One

@@ -20,9 +20,6 @@ RULES = {
                                     "formula", {}),
     "compiles_to_glu": ("python", "under torch.compile, gemm_glu only in inference where its fused kernel runs "
                                   "(glu_rows)", {}),
-    "compiles_dropout_add": ("python", "under torch.compile, a residual branch r + dropout(Linear(x)) with dropout "
-                                       "on becomes gemm_dropout_add where its fused kernel runs (hopper_fused); "
-                                       "without dropout Inductor folds the add into the next norm itself", {}),
     "links": ("python", "fuse_linear_act links a layer to the next Linear only where act' needs Z", {}),
     "chains": ("python", "a linked layer chains on CUDA where gemm_dact is the fused kernel (hopper_fused); on "
                          "the CPU always", {}),
@@ -70,6 +67,9 @@ RULES = {
     "glu_rows": ("sm90", "gemm_glu's fused kernel from {MIN_GLU_ROWS} rows", {"MIN_GLU_ROWS": 2048}),
     "glu_preact_k": ("sm90", "keeping H, the fused kernel only below K = {MIN_COMPOSED_PREACT_K}",
                      {"MIN_COMPOSED_PREACT_K": 4096}),
+    "dropout_forced": ("sm90", "gemm_dropout_add's fused kernel runs only where the testing switch names it: "
+                               "its forward measured slower than eager's branch; elsewhere the GEMM and "
+                               "dropout's pass", {}),
     "dropout_bits": ("sm90", "gemm_dropout_add's fused kernel reads its mask as keep bits a kernel of their "
                              "own draws first, at full occupancy; drawn in the epilogue (by the one warpgroup "
                              "an epilogue runs on) the branch was slower than eager's", {}),

@@ -12,10 +12,7 @@ output feeds one Linear alone is chained to it, as fuse_linear_act chains
 modules (torch_gemm_act.chain). A gated MLP's ``act(F.linear(x, w_gate)) *
 F.linear(x, w_up)`` becomes one ``gemm_glu`` where the gated operator pays
 under compile (rule compiles_to_glu: in inference where its fused
-kernel runs); elsewhere it is left to Inductor whole. A residual branch,
-``r + F.dropout(F.linear(x, w, b))``, becomes one ``gemm_dropout_add``
-where rule compiles_dropout_add says it pays (torch_gemm_act._compile_residual).
-Asked for
+kernel runs); elsewhere it is left to Inductor whole. Asked for
 (``lm_loss=True``), a language model's loss over a Linear's logits becomes
 linear_cross_entropy (torch_gemm_act._compile_loss).
 """
@@ -27,7 +24,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import FakeTensor
 
-from . import _canonical, _compile_loss, _compile_residual, _match, _policy
+from . import _canonical, _compile_loss, _match, _policy
 from ._canonical import _arg, _value
 from .activations import IDENTITY, _from_call
 from ._policy import PLAIN as _PLAIN, chains, compiles_as_eager as _compiles_as_eager, \
@@ -250,7 +247,6 @@ class _FusionPass(CustomGraphPass):
         self.glu = 0              # gated MLPs made one gemm_glu
         self.gated = 0            # gated MLPs left whole to Inductor
         self.formulas = 0         # activations written as arithmetic, read as their call
-        self.residuals = 0        # residual branches made one gemm_dropout_add
 
     def __call__(self, graph):
         if self.previous is not None:
@@ -258,7 +254,6 @@ class _FusionPass(CustomGraphPass):
         if self.lm_loss:
             self.losses += _compile_loss.fuse_losses(graph)
         fused, glu, gated, chained, formulas = _fuse_graph(graph)
-        self.residuals += _compile_residual.fuse_residuals(graph, _gemm_of)
         self.formulas += formulas
         self.fused += fused
         self.chained += chained
@@ -274,8 +269,7 @@ class _FusionPass(CustomGraphPass):
             if previous is None:
                 return None
         # The pass and the rules it applies, and the testing switch they read.
-        files = (__file__, _policy.__file__, _canonical.__file__, _match.__file__, _compile_loss.__file__,
-                 _compile_residual.__file__)
+        files = (__file__, _policy.__file__, _canonical.__file__, _match.__file__, _compile_loss.__file__)
         return (get_hash_for_files(files), _policy._operator_everywhere, self.lm_loss, previous)
 
 

@@ -218,8 +218,8 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
 }
 
 // gemm_dropout_add: sm90's fused kernel where the rule starts at sm90, p > 0
-// and the kernel takes the case (fp16/bf16, operands and residual TMA can
-// read, a bias per column or none); else the composite (dropout_add.cpp).
+// and the testing switch names it (rule dropout_forced); else the composite
+// (dropout_add.cpp).
 at::Tensor gemm_dropout_add_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                                  const at::Tensor& residual, double p, const at::Tensor& seed) {
   check_gemm_dropout_add(a, b, residual, p, seed);

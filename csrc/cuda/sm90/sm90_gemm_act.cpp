@@ -191,15 +191,19 @@ std::optional<KernelConfig> forced_config() {
   return config_named(forced);
 }
 
+// The configuration the testing switch forces for `op`, if any: a forced
+// kernel of another operator leaves this one's choice alone (gemm_dropout_add's
+// composite calls gemm_act under its forced kernel).
+std::optional<KernelConfig> forced_config(KernelOp op) {
+  const std::optional<KernelConfig> forced = forced_config();
+  return forced.has_value() && config_op(*forced) == op ? forced : std::nullopt;
+}
+
 // gemm_act's configuration for a direct case: the testing switch's, else a
 // tuned choice's where that configuration can run the case (a problem key
 // does not see everything a kernel needs), else the heuristic's.
 KernelConfig gemm_act_config(const GemmActParams& p, Dtype dtype, BLayout layout, int sm_count) {
-  if (const std::optional<KernelConfig> forced = forced_config()) {
-    TORCH_CHECK_VALUE(config_op(*forced) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
-                      config_name(*forced), "' computes ", op_name(config_op(*forced)), ", not gemm_act");
-    return *forced;
-  }
+  if (const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmAct)) return *forced;
   const std::string tuned_name = tuned::forced_kernel("sm90");
   if (!tuned_name.empty()) {
     const KernelConfig tuned = config_named(tuned_name);
@@ -262,6 +266,9 @@ bool forced_here() {
   return tuned::forced("sm90") || (testing::active() && !testing::overrides().sm90_kernel.empty());
 }
 
+// The same for gemm_act: a tuned sm90 backend, or a forced gemm_act kernel.
+bool gemm_act_forced_here() { return tuned::forced("sm90") || forced_config(KernelOp::GemmAct).has_value(); }
+
 
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
@@ -284,7 +291,7 @@ Sm90Case classify(const GemmActArgs& args) {
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if (!forced_here()) {
+    if (!gemm_act_forced_here()) {
       for (const LibraryRule& rule : kLibraryRules) {
         if (rule.applies(args, *dtype)) {
           out.rule = &rule;
@@ -360,8 +367,7 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
   la.config = KernelConfig::cooperative_128x256_c1x2_dact;
-  const std::optional<KernelConfig> forced = forced_config();
-  if (forced.has_value() && config_op(*forced) == KernelOp::GemmDact) la.config = *forced;
+  if (const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmDact)) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
   order_tiles(p, *dtype, la);
   at::Tensor sums;
@@ -417,8 +423,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   LaunchArgs la = launch_args(p, device, workspace, stream);
   // Ping-pong's tile: one consumer's epilogue beside the other's mainloop (rule glu_pingpong).
   la.config = KernelConfig::pingpong_128x128_c1x2_glu;
-  const std::optional<KernelConfig> forced = forced_config();
-  if (forced.has_value() && config_op(*forced) == KernelOp::GemmGlu) la.config = *forced;
+  if (const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmGlu)) la.config = *forced;
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
   order_tiles(p, *dtype, la);
@@ -442,10 +447,13 @@ bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream) {
   }
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
-  la.config = KernelConfig::pingpong_128x128_c1x2_drop;
-  const std::optional<KernelConfig> forced = forced_config();
-  if (forced.has_value() && config_op(*forced) == KernelOp::GemmDropoutAdd) la.config = *forced;
-  if (!is_compiled(la.config, *dtype, *layout)) return false;
+  // Rule dropout_forced: only where the testing switch names a gemm_dropout_add configuration.
+  const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmDropoutAdd);
+  if (!forced.has_value()) return false;
+  la.config = *forced;
+  TORCH_CHECK(is_compiled(la.config, *dtype, *layout), "gemm_dropout_add: the forced sm90 kernel '",
+              config_name(la.config), "' is not compiled for ", dtype_name(*dtype), " with a ", layout_name(*layout),
+              " B");
   // The mask drawn by a kernel of its own, at full occupancy, as bits (rule dropout_bits).
   const at::Tensor bits = at::empty({(p.m * p.n + 31) / 32}, args.a.options().dtype(at::kInt));
   dropout_keep_bits_cuda(p.dropout_seed, p.dropout_threshold, p.m * p.n,

@@ -43,10 +43,11 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 // case when forced); nothing, having allocated
 // nothing, otherwise.
 // Runs gemm_dropout_add (args as prepare_gemm_act makes them with C the
-// residual and beta 1, params.dropout_* set) on the fused kernel when it
-// can (compute capability 9.0, fp16/bf16, operands TMA can read, C
-// contiguous 16-byte-aligned rows, a bias per column, scalar or none);
-// false, having done nothing, otherwise.
+// residual and beta 1, params.dropout_* set) on the fused kernel where the
+// testing switch names one (rule dropout_forced) and it can (compute
+// capability 9.0, fp16/bf16, operands TMA can read, C contiguous
+// 16-byte-aligned rows, a bias per column, scalar or none); false, having
+// done nothing, otherwise.
 bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream);
 
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
