@@ -41,19 +41,12 @@ def _ours(x, w, b, r, ln_w, ln_b, p):
     return h, F.layer_norm(h, (h.shape[-1],), ln_w, ln_b)
 
 
-def _forced(fn):
-    def run(*args):
-        with tga.testing.override(sm90_kernel=FUSED):
-            return fn(*args)
-    return run
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--p", type=float, default=0.1)
     args = parser.parse_args()
     torch.manual_seed(0)
-    contenders = {"eager": _eager, "composite": _ours, "fused": _forced(_ours)}
+    contenders = {"eager": _eager, "composite": _ours, "fused": _ours}  # fused: under the switch, below
     for p in (args.p, 0.0):
         for name, (m, k, n) in SHAPES.items():
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -66,16 +59,19 @@ def main():
             g_h, g_out = (torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             times = {}
             for cname, fn in contenders.items():
-                fwd = do_bench(lambda: fn(x, w, b, r, ln_w, ln_b, p), warmup=50, rep=300)
+                # The switch entered once around the timing: entered per call, its host time is timed too.
+                with tga.testing.override(sm90_kernel=FUSED if cname == "fused" else None):
+                    fwd = do_bench(lambda: fn(x, w, b, r, ln_w, ln_b, p), warmup=50, rep=300)
 
-                def train():
-                    h, out = fn(*leaves, p)
-                    torch.autograd.backward((h, out), (g_h, g_out))
-                step = do_bench(train, warmup=20, rep=300, grad_to_none=leaves)
+                    def train():
+                        h, out = fn(*leaves, p)
+                        torch.autograd.backward((h, out), (g_h, g_out))
+                    step = do_bench(train, warmup=20, rep=300, grad_to_none=leaves)
                 times[cname] = (fwd, step)
             # The fused road's h against float64 with the mask it drew (from the seed drawn as it draws it).
             torch.manual_seed(1)
-            h_fused = contenders["fused"](x, w, b, r, ln_w, ln_b, p)[0]
+            with tga.testing.override(sm90_kernel=FUSED):
+                h_fused = _ours(x, w, b, r, ln_w, ln_b, p)[0]
             torch.manual_seed(1)
             seed = torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device="cuda")
             z64 = x.double() @ w.double().t() + b.double()
