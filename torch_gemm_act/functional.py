@@ -148,10 +148,12 @@ def gated_linear_act(x, gate_weight, up_weight, gate_bias=None, up_bias=None, ac
 
 
 def linear_dropout_add(input, weight, bias, residual, p=0.5, training=True):
-    """``residual + F.dropout(F.linear(input, weight, bias), p, training)`` in
-    one GEMM whose epilogue draws the mask, where a kernel takes the case
-    (else the GEMM and one pass); weight is [N, K] as in nn.Linear, residual
-    the output's shape.
+    """``residual + F.dropout(F.linear(input, weight, bias), p, training)``:
+    the GEMM, then one pass that applies the mask and adds the residual (no
+    mask kept for the backward, which draws it again); weight is [N, K] as
+    in nn.Linear, residual the output's shape. On Hopper a kernel that
+    applies the mask in the GEMM's epilogue exists, chosen only where the
+    testing switch names it (rule dropout_forced).
 
     The mask is this project's (csrc/dropout.h: counter-based, drawn again by
     the backward rather than stored), not PyTorch's: each call draws a seed
