@@ -10,7 +10,7 @@ Environment:
                         which the dispatch rule runs only when forced
   GEMM_ACT_SIMT=1       also build the SIMT family, reached only when forced
   GEMM_ACT_SM90_COMPILE_CHECK=1  compile one sm90 kernel unit per operator and
-                        schedule instead of the whole family (4 of 21), and build
+                        schedule instead of the whole family, and build
                         an extension whose sm90 backend declines every case: the
                         fast CI lane's build, on machines without a GPU (.ci/run)
   (What the default build compiles, the default dispatch rule can choose; the

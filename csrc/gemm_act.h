@@ -63,6 +63,11 @@ struct GemmActParams {
   // gemm_glu's fused kernels only (gated.h): the up projection's bias, bias
   // being the gate's; each [N / 2] contiguous, or null for none.
   const void* bias_up = nullptr;
+  // gemm_dropout_add's fused kernels only (dropout.h): the seed's device
+  // address (null: no dropout), T and 2^32 / T.
+  const int64_t* dropout_seed = nullptr;
+  uint64_t dropout_threshold = 0;
+  double dropout_scale = 1.0;
   int64_t m = 0, n = 0, k = 0;
   int64_t a_stride_m = 0, a_stride_k = 0;
   int64_t b_stride_k = 0, b_stride_n = 0;

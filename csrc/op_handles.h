@@ -41,6 +41,12 @@ using CeChunkForwardSignature = void(const at::Tensor&, const at::Tensor&, int64
 using CeChunkBackwardSignature = void(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                       const at::Tensor&, int64_t, int64_t, double, double);
 
+using DropoutAddSignature = at::Tensor(const at::Tensor&, const at::Tensor&, double, const at::Tensor&);
+using DropoutScaleSignature = at::Tensor(const at::Tensor&, double, const at::Tensor&);
+using GemmDropoutAddSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
+                                           const std::optional<at::Tensor>&, const at::Tensor&, double,
+                                           const at::Tensor&);
+
 template <class Signature>
 c10::TypedOperatorHandle<Signature> find(const char* qualified_name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name, "").typed<Signature>();
@@ -81,6 +87,18 @@ inline const c10::TypedOperatorHandle<GluSignature>& glu() {
 }
 inline const c10::TypedOperatorHandle<GluBackwardSignature>& glu_backward() {
   static const auto h = find<GluBackwardSignature>("gemm_act::glu_backward");
+  return h;
+}
+inline const c10::TypedOperatorHandle<DropoutAddSignature>& dropout_add() {
+  static const auto h = find<DropoutAddSignature>("gemm_act::dropout_add");
+  return h;
+}
+inline const c10::TypedOperatorHandle<DropoutScaleSignature>& dropout_scale() {
+  static const auto h = find<DropoutScaleSignature>("gemm_act::dropout_scale");
+  return h;
+}
+inline const c10::TypedOperatorHandle<GemmDropoutAddSignature>& gemm_dropout_add() {
+  static const auto h = find<GemmDropoutAddSignature>("gemm_act::gemm_dropout_add");
   return h;
 }
 inline const c10::TypedOperatorHandle<GemmGluSignature>& gemm_glu() {

@@ -1,7 +1,7 @@
 // The operators' schema, declared once. Each backend registers its
 // implementation in a file of its own: cpu/register_cpu.cpp,
-// cuda/register_cuda.cpp, chained.cpp, gated.cpp, autocast.cpp, autograd.cpp,
-// gated_autograd.cpp; the fake (meta) kernels are Python
+// cuda/register_cuda.cpp, chained.cpp, gated.cpp, dropout_add.cpp, autocast.cpp, autograd.cpp,
+// gated_autograd.cpp, dropout_autograd.cpp; the fake (meta) kernels are Python
 // (torch_gemm_act/ops.py).
 #include <torch/library.h>
 
@@ -106,6 +106,20 @@ TORCH_LIBRARY(gemm_act, m) {
       "int rows, float label_smoothing, float softcap, Tensor(a!) lse, Tensor(b!) target_logit, "
       "Tensor(c!)? logit_sum, Tensor(d!)? grad_hidden, Tensor(e!)? grad_weight, "
       "Tensor(f!)? grad_bias) -> ()");
+  // residual + dropout(z): element i of z kept (times 2^32 / T) or dropped
+  // as dropout.h draws it under seed (one int64 on z's device); a fresh seed
+  // each call draws a fresh mask, the same seed the same mask.
+  m.def("dropout_add(Tensor z, Tensor residual, float p, Tensor seed) -> Tensor");
+  // grad * mask * 2^32 / T for the mask dropout_add drew under seed:
+  // dropout's gradient, the mask drawn again rather than stored.
+  m.def("dropout_scale(Tensor grad, float p, Tensor seed) -> Tensor");
+  // Y = residual + dropout(a @ b + bias), residual of Y's shape: a
+  // transformer block's output projection, in one GEMM where the epilogue
+  // draws the mask (dropout_add's, element for element), else the GEMM and
+  // then dropout_add. p = 0 is gemm_act with C = residual.
+  m.def(
+      "gemm_dropout_add(Tensor a, Tensor b, Tensor? bias, Tensor residual, float p, Tensor seed) "
+      "-> Tensor");
   // What gemm_act would run for these arguments (backend, kernel), computing
   // nothing: torch_gemm_act.explain.
   m.def(

@@ -93,7 +93,7 @@ fuzz() {  # fuzz ROUTE BACKEND CASES SEED LOG
     ${FUZZ_TIME:+--time-limit "$FUZZ_TIME"} > "$OUT/fuzz/$5.log" 2>&1 &
 }
 for backend in ${FUZZ_BACKENDS:-rule tuned $BUILT_BACKENDS}; do fuzz gemm_act "$backend" "$cases" "$seed" "gemm_act_$backend"; done
-for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d gemm_glu gated_linear_act compile linear_cross_entropy fuse_lm_loss compile_lm_loss}; do
+for route in ${FUZZ_ROUTES:-linear_act linear_module conv1d gemm_glu gated_linear_act compile linear_cross_entropy fuse_lm_loss compile_lm_loss linear_dropout_add}; do
   fuzz "$route" rule "$cases" "$seed" "$route"
 done
 for route in ${FUZZ_SLOW_ROUTES:-fuse_mlp gated_module packed_glu}; do

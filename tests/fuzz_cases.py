@@ -310,6 +310,30 @@ def draw_compile_lm_loss(rng, device):
     return p
 
 
+def draw_dropout_add(rng, device):
+    """linear_dropout_add (nn.Linear's weight) or gemm_dropout_add (a [K, N]
+    weight, Conv1D's): the residual's layout, a bias or none, p from 0 to 1,
+    training or not; the mask fixed by the global seed the case sets."""
+    p = _problem(rng, device)
+    p["entry"] = rng.choice(("functional", "functional", "conv1d"))
+    p["x"] = rng.choice(("contiguous", "offset", "strided")) if len(p["lead"]) == 1 else "contiguous"
+    p["w"] = rng.choice(("contiguous", "contiguous", "transposed", "offset"))
+    p["residual"] = rng.choice(("contiguous", "contiguous", "offset", "strided")) if len(p["lead"]) == 1 \
+        else "contiguous"
+    p["bias"] = rng.random() < 0.7
+    p["dropout"] = rng.choice((0.0, 0.1, 0.1, 0.5, 0.9, 1.0))
+    p["training"] = rng.random() < 0.85
+    p["mask_seed"] = rng.randrange(2 ** 31)
+    p["grads"] = tuple(x for x in ("x", "weight", "bias", "residual") if rng.random() < 0.75
+                       and (x != "bias" or p["bias"])) if p["train"] else ()
+    # On CUDA, half the cases the sm90 fused kernel forced (which only the testing switch chooses).
+    if str(device).startswith("cuda"):
+        configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dropout_add")})
+        if configs and rng.random() < 0.5:
+            p["sm90_kernel"] = rng.choice(configs)
+    return p
+
+
 ROUTES = {
     "gemm_act": draw_gemm_act,
     "linear_act": lambda rng, dev: draw_linear(rng, dev, "linear_act"),
@@ -324,6 +348,7 @@ ROUTES = {
     "linear_cross_entropy": draw_linear_ce,
     "fuse_lm_loss": draw_lm_loss,
     "compile_lm_loss": draw_compile_lm_loss,
+    "linear_dropout_add": draw_dropout_add,
 }
 
 

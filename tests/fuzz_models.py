@@ -621,11 +621,67 @@ def _replace_everywhere(model, old, new):
                 mod._parameters[name] = new
 
 
+def build_dropout_add(case, data):
+    """linear_dropout_add / gemm_dropout_add against PyTorch's r + F.linear(x,
+    w, b) * mask with the same mask (dropout.h's, read from dropout_scale on
+    the CPU), both against float64."""
+    p, dev = case.p, case.device
+    dtype, lead, k, n = _dtype(p), tuple(p["lead"]), p["k"], p["n"]
+    m = math.prod(lead)
+    wscale = 1.0 / math.sqrt(k) if p["scaled"] and k > 0 else 1.0
+    conv = p["entry"] == "conv1d"
+    x = data.input(lead, k, p["x"], dtype)
+    w = data.matrix(k, n, p["w"], dtype, wscale) if conv else data.matrix(n, k, p["w"], dtype, wscale)
+    r = data.input(lead, n, p["residual"], dtype)
+    inputs = {"x": x, "weight": w, "residual": r}
+    if p["bias"]:
+        inputs["bias"] = data.randn(n, dtype=dtype)
+    for name in p["grads"]:
+        inputs[name].requires_grad_(True)
+    drop = p["dropout"] if p["training"] else 0.0
+
+    def seeded():
+        torch.manual_seed(p["mask_seed"])
+
+    seeded()
+    seed = torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device=dev)
+    # The factors (0 or 2^32 / T) the kernels draw; all ones without dropout.
+    mask64 = torch.ops.gemm_act.dropout_scale(torch.ones(m, n, dtype=torch.float64), drop, seed.cpu()) \
+        if drop > 0 else torch.ones(m, n, dtype=torch.float64)
+    mask64 = mask64.reshape(*lead, n).to(dev)
+
+    def ours():
+        seeded()
+        if conv:
+            sd = torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device=dev) if drop > 0 else \
+                torch.zeros((), dtype=torch.int64, device=dev)
+            y = torch.ops.gemm_act.gemm_dropout_add(inputs["x"], inputs["weight"], inputs.get("bias"),
+                                                    inputs["residual"], drop, sd)
+        else:
+            y = tga.linear_dropout_add(inputs["x"], inputs["weight"], inputs.get("bias"), inputs["residual"],
+                                       p["dropout"], p["training"])
+        return (y,), None
+
+    def linear(t):
+        return t["x"] @ t["weight"] + (t["bias"] if "bias" in t else 0.0) if conv else \
+            F.linear(t["x"], t["weight"], t.get("bias"))
+
+    def theirs():
+        z = linear(inputs)
+        return (inputs["residual"] + z * mask64.to(z.dtype),), None
+
+    def ref(t64, hint):
+        return (t64["residual"] + linear(t64) * mask64,)
+
+    settings = (lambda: tga.testing.override(sm90_kernel=p["sm90_kernel"])) if p.get("sm90_kernel") else None
+    return Trial(inputs, ours, theirs, ref, _comp(p), (True,), settings=settings)
+
+
 BUILDERS = {"gemm_act": build_gemm_act, "linear_act": build_linear, "linear_module": build_linear,
             "conv1d": build_linear, "fuse_mlp": build_mlp, "gemm_glu": build_glu, "gated_linear_act": build_glu,
             "gated_module": build_glu, "packed_glu": build_glu, "compile": build_compile,
             "linear_cross_entropy": build_linear_ce, "fuse_lm_loss": build_lm_loss,
-            "compile_lm_loss": build_compile_lm_loss}
+            "compile_lm_loss": build_compile_lm_loss, "linear_dropout_add": build_dropout_add}
 
 # --------------------------------------------------------------------------
 # Running and checking a trial

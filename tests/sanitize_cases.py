@@ -170,6 +170,29 @@ def run_cases(only_bf16_weight_t, small):
                 torch.ops.gemm_act.ce_chunk_backward(z, target, lse + 1, torch.randn_like(lse), 0, width + 8,
                                                      0.1, softcap)
                 count += 2
+    # Dropout with the residual: the composite, and the fused kernel forced
+    # (on aligned operands with ragged tiles: both B layouts, bias per
+    # column, scalar or none); dropout's pass at an odd length and off a
+    # 16-byte boundary.
+    seed = torch.tensor(12345, device=dev)
+    dropout_configs = sorted({k["name"] for k in tga.testing.kernels("sm90", op="gemm_dropout_add")})
+    for dtype in (torch.bfloat16, torch.float32):
+        for m, k, n in ((136, 72, 200), (17, 24, 40), (129, 136, 136), (5, 7, 9)):
+            a = torch.randn(m, k, device=dev, dtype=dtype, requires_grad=True)
+            w = torch.randn(n, k, device=dev, dtype=dtype, requires_grad=True)
+            r = torch.randn(m, n, device=dev, dtype=dtype, requires_grad=True)
+            for b, bias in ((w.t(), torch.randn(n, device=dev, dtype=dtype)), (w.t().contiguous(), None),
+                            (w.t(), torch.randn((), device=dev, dtype=dtype))):
+                for config in [None] + dropout_configs:  # the rule's road, then each fused kernel forced
+                    with tga.testing.override(sm90_kernel=config):
+                        y = torch.ops.gemm_act.gemm_dropout_add(a, b, bias, r, 0.3, seed)
+                    torch.autograd.grad(y, (a, r), torch.randn_like(y))
+                    count += 1
+        base = torch.randn(4 * 37 + 1, device=dev, dtype=dtype)
+        for z in (base[:4 * 37], base[1:], base[2:]):
+            torch.ops.gemm_act.dropout_add(z, torch.randn_like(z), 0.5, seed)
+            torch.ops.gemm_act.dropout_scale(z, 0.5, seed)
+            count += 2
     # The chunk loops behind linear_cross_entropy: an odd vocabulary (the
     # last chunk narrower, its rows padded), with and without a bias.
     for dtype in (torch.bfloat16, torch.float32):

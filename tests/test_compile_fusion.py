@@ -324,3 +324,4 @@ def test_relu_in_training_compiles_as_eager_cuda(activation, fusion):
     with torch.no_grad():
         torch.compile(copy.deepcopy(mlp), fullgraph=True)(x)
     assert fusion.fused == (1 if relu else 2)
+

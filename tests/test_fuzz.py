@@ -18,7 +18,7 @@ SEED = 20261129
 # (rule compiles_as_eager): the compile route runs on the GPU only.
 CPU_CASES = {"gemm_act": 300, "linear_act": 40, "linear_module": 40, "conv1d": 25, "fuse_mlp": 40,
              "gemm_glu": 30, "gated_linear_act": 25, "gated_module": 25, "packed_glu": 25,
-             "linear_cross_entropy": 60, "fuse_lm_loss": 30, "compile_lm_loss": 16}
+             "linear_cross_entropy": 60, "fuse_lm_loss": 30, "compile_lm_loss": 16, "linear_dropout_add": 60}
 CUDA_CASES = 150
 
 
@@ -68,6 +68,21 @@ def test_fuzz_catches_a_wrong_result(monkeypatch):
     monkeypatch.setattr(ops, "gemm_act", Off(), raising=True)
     lines = []
     ran, failures, _ = fuzz.run("gemm_act", "cpu", 40, SEED, log=lines.append)
+    assert len(failures) > 10, "\n".join(lines)
+
+
+def test_fuzz_catches_a_mask_that_is_not_the_defined_one(monkeypatch):
+    # The dropout route checks the mask element for element: one drawn from
+    # another seed fails wherever an element is dropped.
+    import torch_gemm_act.ops as ops
+    real = ops.gemm_dropout_add
+
+    def other_seed(a, b, bias, residual, p, seed):
+        return real(a, b, bias, residual, p, seed + 1)
+
+    monkeypatch.setattr(ops, "gemm_dropout_add", other_seed)
+    lines = []
+    ran, failures, _ = fuzz.run("linear_dropout_add", "cpu", 60, SEED, log=lines.append)
     assert len(failures) > 10, "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 from .activations import ACTIVATIONS, GATED
 from .chain import linear_act_linear
 from .cross_entropy import LinearCrossEntropy, linear_cross_entropy
-from .functional import explain, gated_linear_act, gemm_act, gemm_glu, linear_act
+from .functional import explain, gated_linear_act, gemm_act, gemm_glu, linear_act, linear_dropout_add
 from .fuse import FusionReport, fuse_linear_act
 from .lm_loss import fuse_lm_loss
 from .gated_modules import GatedLinearAct, LinearGate, LinearPackedGlu, LinearUp, PackedGluActivation
@@ -12,7 +12,7 @@ from .tuning import TuneReport, tune
 from . import testing  # noqa: F401  (torch_gemm_act.testing: the switch for tests and measurements)
 
 __all__ = ["ACTIVATIONS", "GATED", "explain", "gemm_act", "linear_act", "linear_act_linear", "gemm_glu",
-           "gated_linear_act", "LinearAct", "Conv1DAct", "GatedLinearAct", "LinearGate", "LinearUp",
+           "gated_linear_act", "linear_dropout_add", "LinearAct", "Conv1DAct", "GatedLinearAct", "LinearGate", "LinearUp",
            "LinearPackedGlu", "PackedGluActivation", "fuse_linear_act", "FusionReport", "enable_compile_fusion",
            "linear_cross_entropy", "LinearCrossEntropy", "fuse_lm_loss", "tune", "TuneReport"]
 

@@ -67,6 +67,12 @@ RULES = {
     "glu_rows": ("sm90", "gemm_glu's fused kernel from {MIN_GLU_ROWS} rows", {"MIN_GLU_ROWS": 2048}),
     "glu_preact_k": ("sm90", "keeping H, the fused kernel only below K = {MIN_COMPOSED_PREACT_K}",
                      {"MIN_COMPOSED_PREACT_K": 4096}),
+    "dropout_forced": ("sm90", "gemm_dropout_add's fused kernel runs only where the testing switch names it: "
+                               "its forward measured slower than eager's branch; elsewhere the GEMM and "
+                               "dropout's pass", {}),
+    "dropout_bits": ("sm90", "gemm_dropout_add's fused kernel reads its mask as keep bits a kernel of their "
+                             "own draws first, at full occupancy; drawn in the epilogue (by the one warpgroup "
+                             "an epilogue runs on) the branch was slower than eager's", {}),
     "glu_pingpong": ("sm90", "the fused kernel runs ping-pong's 128 x 128 tile (one consumer's epilogue beside "
                              "the other's mainloop)", {}),
     # C++: unaligned operands copied into aligned buffers (sm90 staging, the backward's padding).

@@ -1,5 +1,6 @@
-"""The functional API: gemm_act and linear_act, and their gated forms
-gemm_glu and gated_linear_act."""
+"""The functional API: gemm_act and linear_act, their gated forms gemm_glu
+and gated_linear_act, and a block's output projection with its dropout and
+residual, linear_dropout_add."""
 
 import torch
 
@@ -9,7 +10,7 @@ from ._policy import compiles_as_eager as _compiles_as_eager, compiles_to_glu as
     needs_grad as _needs_grad
 from .activations import GELU, _GRAD_FROM_OUTPUT, IDENTITY, _USES_SLOPE, _gate_activation, _twin
 
-__all__ = ["gemm_act", "linear_act", "gemm_glu", "gated_linear_act", "explain"]
+__all__ = ["gemm_act", "linear_act", "gemm_glu", "gated_linear_act", "linear_dropout_add", "explain"]
 
 
 def gemm_act(a, b, bias=None, c=None, *, activation=IDENTITY, alpha=1.0, beta=0.0,
@@ -144,3 +145,35 @@ def gated_linear_act(x, gate_weight, up_weight, gate_bias=None, up_bias=None, ac
             raise ValueError(f"gated_linear_act: {name} must be a 2-D tensor [out_features, in_features], "
                              f"got {shape}")
     return gemm_glu(x, gate_weight.t(), up_weight.t(), gate_bias, up_bias, activation=activation)
+
+
+def linear_dropout_add(input, weight, bias, residual, p=0.5, training=True):
+    """``residual + F.dropout(F.linear(input, weight, bias), p, training)``:
+    the GEMM, then one pass that applies the mask and adds the residual (no
+    mask kept for the backward, which draws it again); weight is [N, K] as
+    in nn.Linear, residual the output's shape. On Hopper a kernel that
+    applies the mask in the GEMM's epilogue exists, chosen only where the
+    testing switch names it (rule dropout_forced).
+
+    The mask is this project's (csrc/dropout.h: counter-based, drawn again by
+    the backward rather than stored), not PyTorch's: each call draws a seed
+    from PyTorch's generator on the input's device, so ``torch.manual_seed``
+    makes a run repeatable and CUDA graphs replay fresh masks. A kept element
+    is scaled by 2^32 / round((1 - p) * 2^32), 1 / (1 - p) to within 2^-32
+    relative. Without ``training``, or with p = 0, no element is dropped.
+    """
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"linear_dropout_add: weight must be a 2-D tensor [out_features, in_features], got {shape}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"linear_dropout_add: p is the probability of dropping an element, in [0, 1]; got {p}")
+    p = float(p) if training else 0.0
+    return ops.gemm_dropout_add(input, weight.t(), bias, residual, p, _dropout_seed(input.device, p))
+
+
+def _dropout_seed(device, p):
+    """A fresh seed from PyTorch's generator on ``device`` (where p > 0; a
+    zero otherwise, which no mask reads)."""
+    if p == 0.0:
+        return torch.zeros((), dtype=torch.int64, device=device)
+    return torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device=device)

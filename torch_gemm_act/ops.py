@@ -1,8 +1,8 @@
 """The one door from Python into the operators: one entry per operator
-(gemm_act, gemm_act_chained, gemm_glu, explain, and linear_cross_entropy's
-chunk passes), their torch.ops handles and
+(gemm_act, gemm_act_chained, gemm_glu, gemm_dropout_add, explain, and
+linear_cross_entropy's chunk passes), their torch.ops handles and
 fake (meta) kernels. Their autograd is registered in C++ (csrc/autograd.cpp,
-csrc/gated_autograd.cpp)."""
+csrc/gated_autograd.cpp, csrc/dropout_autograd.cpp)."""
 
 import torch
 
@@ -66,6 +66,9 @@ ce_chunk_backward = torch.ops.gemm_act.ce_chunk_backward.default
 linear_ce_chunks_forward = torch.ops.gemm_act.linear_ce_chunks_forward.default
 linear_ce_chunks_backward = torch.ops.gemm_act.linear_ce_chunks_backward.default
 linear_ce_rows = torch.ops.gemm_act.linear_ce_rows.default
+gemm_dropout_add = torch.ops.gemm_act.gemm_dropout_add.default
+dropout_add = torch.ops.gemm_act.dropout_add.default
+dropout_scale = torch.ops.gemm_act.dropout_scale.default
 
 
 @torch.library.register_fake("gemm_act::gemm_act")
@@ -180,3 +183,28 @@ def _linear_ce_chunks_backward_fake(hidden, weight, bias, target, lse, scale, ch
 def _linear_ce_rows_fake(hidden, weight, bias, target, scale, rows, label_smoothing, softcap, lse, target_logit,
                          logit_sum, grad_hidden, grad_weight, grad_bias):
     return None
+
+
+@torch.library.register_fake("gemm_act::dropout_add")
+def _dropout_add_fake(z, residual, p, seed):
+    torch._check(residual.shape == z.shape, lambda: f"dropout_add: residual must have z's shape "
+                                                    f"{tuple(z.shape)}, got {tuple(residual.shape)}")
+    return z.new_empty(z.shape)
+
+
+@torch.library.register_fake("gemm_act::dropout_scale")
+def _dropout_scale_fake(grad, p, seed):
+    return grad.new_empty(grad.shape)
+
+
+@torch.library.register_fake("gemm_act::gemm_dropout_add")
+def _gemm_dropout_add_fake(a, b, bias, residual, p, seed):
+    torch._check(a.dim() >= 1 and b.dim() == 2 and a.shape[-1] == b.shape[0],
+                 lambda: f"gemm_dropout_add: expected a [..., K] and b [K, N], got a {tuple(a.shape)} and b "
+                         f"{tuple(b.shape)}")
+    out_shape = (*a.shape[:-1], b.shape[1])
+    torch._check(tuple(residual.shape) == out_shape,
+                 lambda: f"gemm_dropout_add: residual must have the output's shape {out_shape}, got "
+                         f"{tuple(residual.shape)}")
+    # Under autocast a residual of another dtype promotes the result (csrc/dropout_add.cpp).
+    return residual.new_empty(out_shape, dtype=torch.promote_types(a.dtype, residual.dtype))

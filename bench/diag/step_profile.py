@@ -10,7 +10,9 @@ kernel families whose time differs most between the two.
 Contenders: eager, fused (bench/whole.py's), mlp (fuse_linear_act alone),
 head (fuse_lm_loss alone), liger (Liger-Kernel's Llama, where installed),
 eager_dropout and fused_dropout (the residual branches' dropout on, p 0.1:
-what such a dropout costs); each after the first is compared with the first.
+what such a dropout costs), and with --compiled compile_fusion and
+compile_fusion_dropout (eager's model compiled under
+enable_compile_fusion()); each after the first is compared with the first.
 
 --cpu-dry-run runs a tiny model on the CPU (the script's plumbing, not its
 numbers: wall-clock times, the profiler's CPU events).
@@ -76,7 +78,9 @@ def main():
     host_profiles = {}  # contender -> {host op: (own CPU ms per step, calls per step)}, with --host
     for name, model in models.items():
         run = whole.step_fn(model, built, args.mode)
-        for _ in range(3):  # compiles, then warms
+        with compiled_.first_call("compile_fusion" if name.startswith("compile_fusion") else name):
+            run()  # compiles (compile fusion's under the pass)
+        for _ in range(2):
             run()
         sync()
         times, host = [], []
@@ -157,7 +161,9 @@ def _residual_dropout(then):
 
 CONTENDERS = {"eager": lambda case, model: model, "fused": whole.fuse, "mlp": _mlp, "head": whole.fuse_loss,
               "liger": _liger}
-CONTENDERS.update({f"{name}_dropout": _residual_dropout(CONTENDERS[name]) for name in ("eager", "fused")})
+CONTENDERS["compile_fusion"] = CONTENDERS["eager"]  # compiled under the pass (main)
+CONTENDERS.update({f"{name}_dropout": _residual_dropout(CONTENDERS[name])
+                   for name in ("eager", "fused", "compile_fusion")})
 
 
 def families(kernels, own_time, steps):

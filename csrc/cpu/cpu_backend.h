@@ -4,6 +4,7 @@
 
 #include "backend_args.h"
 #include "ce_chunk.h"
+#include "dropout.h"
 #include "glu.h"
 
 namespace gemm_act {
@@ -16,5 +17,7 @@ void glu_backward_cpu(const GluParams& params, at::ScalarType dtype);
 // The language-model loss's chunk passes (ce_chunk_cpu.cpp, ce_chunk.h).
 void ce_chunk_forward_cpu(const CeChunkParams& params, at::ScalarType dtype);
 void ce_chunk_backward_cpu(const CeChunkParams& params, at::ScalarType dtype);
+// Dropout's pass (dropout_cpu.cpp, dropout.h).
+void dropout_cpu(const DropoutParams& params, at::ScalarType dtype);
 
 }  // namespace gemm_act

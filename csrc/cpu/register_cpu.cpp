@@ -7,6 +7,7 @@
 #include "checks.h"
 #include "cpu/cpu_backend.h"
 #include "dact_unfused.h"
+#include "dropout_ops.h"
 #include "ce_chunk_ops.h"
 #include "glu_ops.h"
 
@@ -56,4 +57,6 @@ TORCH_LIBRARY_IMPL(gemm_act, CPU, m) {
   m.impl("glu_backward", &gemm_act::glu_backward_impl<gemm_act::glu_backward_cpu>);
   m.impl("ce_chunk_forward", &gemm_act::ce_chunk_forward_impl<gemm_act::ce_chunk_forward_cpu>);
   m.impl("ce_chunk_backward", &gemm_act::ce_chunk_backward_impl<gemm_act::ce_chunk_backward_cpu>);
+  m.impl("dropout_add", &gemm_act::dropout_add_impl<gemm_act::dropout_cpu>);
+  m.impl("dropout_scale", &gemm_act::dropout_scale_impl<gemm_act::dropout_cpu>);
 }

@@ -11,6 +11,7 @@
 
 #include "backend_args.h"
 #include "ce_chunk.h"
+#include "dropout.h"
 #include "glu.h"
 
 namespace gemm_act {
@@ -31,7 +32,7 @@ struct CudaForwardBackend {
 struct KernelInfo {
   std::string family, name, dtype, b_layout;
   bool stores_z = true;
-  std::string op = "gemm_act";  // or "gemm_dact", "gemm_glu"
+  std::string op = "gemm_act";  // or "gemm_dact", "gemm_glu", "gemm_dropout_add"
   std::string c_source = "gmem";  // how the epilogue reads C: "gmem" element-wise, "tma" through TMA
 };
 
@@ -51,5 +52,13 @@ void glu_backward_cuda(const GluParams& params, at::ScalarType dtype);
 // The language-model loss's chunk passes (cross_entropy/ce_chunk.cu).
 void ce_chunk_forward_cuda(const CeChunkParams& params, at::ScalarType dtype);
 void ce_chunk_backward_cuda(const CeChunkParams& params, at::ScalarType dtype);
+
+// Dropout's pass (dropout/dropout_pass.cu, dropout.h).
+void dropout_cuda(const DropoutParams& params, at::ScalarType dtype);
+// The keep bits of numel elements ((numel + 31) / 32 words, dropout_keep_word)
+// for the seed at `seed` (device memory), on `stream`: what the sm90
+// gemm_dropout_add epilogue reads.
+void dropout_keep_bits_cuda(const int64_t* seed, uint64_t threshold, int64_t numel, uint32_t* words,
+                            cudaStream_t stream);
 
 }  // namespace gemm_act

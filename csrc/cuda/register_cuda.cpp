@@ -49,6 +49,8 @@
 #include "cuda/simt/simt_backend.h"
 #endif
 #include "dact_unfused.h"
+#include "dropout_add.h"
+#include "dropout_ops.h"
 #include "gated.h"
 #include "ce_chunk_ops.h"
 #include "glu_ops.h"
@@ -215,6 +217,31 @@ std::tuple<at::Tensor, at::Tensor> gemm_glu_cuda(
                                     negative_slope, store_preact);
 }
 
+// gemm_dropout_add: sm90's fused kernel where the rule starts at sm90, p > 0
+// and the testing switch names it (rule dropout_forced); else the composite
+// (dropout_add.cpp).
+at::Tensor gemm_dropout_add_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                                 const at::Tensor& residual, double p, const at::Tensor& seed) {
+  check_gemm_dropout_add(a, b, residual, p, seed);
+#ifdef GEMM_ACT_WITH_SM90
+  if (p > 0.0 && residual.numel() > 0 && a.size(-1) > 0 && std::string(first_backend()->name) == "sm90") {
+    const c10::cuda::CUDAGuard device_guard(a.device());
+    check_device_supported(a.get_device());
+    GemmActArgs args = prepare_gemm_act(a, b, bias, residual, "none", 1.0, 1.0, 0.01, false);
+    const DropoutKeep keep = dropout_keep(p);
+    const at::Tensor seed_c = seed.contiguous();
+    args.params.dropout_seed = seed_c.const_data_ptr<int64_t>();
+    args.params.dropout_threshold = keep.threshold;
+    args.params.dropout_scale = keep.scale;
+    const NvtxRange range("gemm_dropout_add");
+    if (sm90::try_gemm_dropout_add(args, c10::cuda::getCurrentCUDAStream())) {
+      return std::get<0>(gemm_act_outputs(args));
+    }
+  }
+#endif
+  return gemm_dropout_add_composite_checked(a, b, bias, residual, p, seed);
+}
+
 void activation_backward_checked(const ActivationBackwardArgs& args) {
   check_device_supported(args.grad_y.get_device());
   activation_backward_cuda(args);
@@ -240,6 +267,7 @@ constexpr auto glu_forward_checked = pass_checked<GluParams, glu_forward_cuda>;
 constexpr auto glu_backward_checked = pass_checked<GluParams, glu_backward_cuda>;
 constexpr auto ce_chunk_forward_checked = pass_checked<CeChunkParams, ce_chunk_forward_cuda>;
 constexpr auto ce_chunk_backward_checked = pass_checked<CeChunkParams, ce_chunk_backward_cuda>;
+constexpr auto dropout_checked = pass_checked<DropoutParams, dropout_cuda>;
 
 }  // namespace
 
@@ -278,4 +306,7 @@ TORCH_LIBRARY_IMPL(gemm_act, CUDA, m) {
   m.impl("ce_chunk_forward", &gemm_act::ce_chunk_forward_impl<gemm_act::ce_chunk_forward_checked>);
   m.impl("ce_chunk_backward",
          &gemm_act::ce_chunk_backward_impl<gemm_act::ce_chunk_backward_checked>);
+  m.impl("dropout_add", &gemm_act::dropout_add_impl<gemm_act::dropout_checked>);
+  m.impl("dropout_scale", &gemm_act::dropout_scale_impl<gemm_act::dropout_checked>);
+  m.impl("gemm_dropout_add", &gemm_act::gemm_dropout_add_cuda);
 }

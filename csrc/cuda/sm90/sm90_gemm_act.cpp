@@ -20,6 +20,7 @@
 
 #include "activations.h"
 #include "checks.h"
+#include "cuda/cuda_backends.h"
 #include "cuda/library/cublaslt_epilogue.h"
 #include "cuda/sm90/sm90_column_sums.h"
 #include "cuda/sm90/sm90_heuristic.h"
@@ -106,14 +107,35 @@ LaunchResult launch(KernelConfig config, Dtype dtype, BLayout layout, Activation
 #define GEMM_ACT_SM90_GEMM_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_kernel)
 #define GEMM_ACT_SM90_DACT_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_dact_kernel)
 #define GEMM_ACT_SM90_GLU_CASE(C, D, L) GEMM_ACT_SM90_CASE(C, D, L, launch_glu_kernel)
+// gemm_dropout_add's kernels have no activation: Activation::None only.
+#define GEMM_ACT_SM90_DROPOUT_CASE(C, D, L)                                                \
+  if (config == KernelConfig::C && dtype == Dtype::D && layout == BLayout::L) {            \
+    if (act == Activation::None) {                                                         \
+      result = launch_dropout_kernel<KernelConfig::C, Dtype::D, BLayout::L, Activation::None>(la); \
+    }                                                                                      \
+    return result;                                                                         \
+  }
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_GEMM_CASE)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_DACT_CASE)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_GLU_CASE)
+  GEMM_ACT_SM90_FOR_EACH_DROPOUT_KERNEL(GEMM_ACT_SM90_DROPOUT_CASE)
+#undef GEMM_ACT_SM90_DROPOUT_CASE
 #undef GEMM_ACT_SM90_GLU_CASE
 #undef GEMM_ACT_SM90_DACT_CASE
 #undef GEMM_ACT_SM90_GEMM_CASE
 #undef GEMM_ACT_SM90_CASE
   return result;
+}
+
+// Runs `op`'s kernel la.config: false where CUTLASS cannot implement the
+// case (nothing ran); a RuntimeError naming the kernel on any other failure.
+bool launch_or_throw(const char* op, Dtype dtype, BLayout layout, Activation act, const LaunchArgs& la) {
+  const LaunchResult result = launch(la.config, dtype, layout, act, la);
+  if (result.status == LaunchStatus::kNotImplementable) return false;
+  TORCH_CHECK(result.status == LaunchStatus::kOk, op, ": the sm90 kernel '", config_name(la.config), "' failed at ",
+              result.what, ": ",
+              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  return true;
 }
 
 // The configuration named `name` (the testing switch's sm90_kernel).
@@ -169,15 +191,19 @@ std::optional<KernelConfig> forced_config() {
   return config_named(forced);
 }
 
+// The configuration the testing switch forces for `op`, if any: a forced
+// kernel of another operator leaves this one's choice alone (gemm_dropout_add's
+// composite calls gemm_act under its forced kernel).
+std::optional<KernelConfig> forced_config(KernelOp op) {
+  const std::optional<KernelConfig> forced = forced_config();
+  return forced.has_value() && config_op(*forced) == op ? forced : std::nullopt;
+}
+
 // gemm_act's configuration for a direct case: the testing switch's, else a
 // tuned choice's where that configuration can run the case (a problem key
 // does not see everything a kernel needs), else the heuristic's.
 KernelConfig gemm_act_config(const GemmActParams& p, Dtype dtype, BLayout layout, int sm_count) {
-  if (const std::optional<KernelConfig> forced = forced_config()) {
-    TORCH_CHECK_VALUE(config_op(*forced) == KernelOp::GemmAct, "gemm_act: the forced sm90 kernel '",
-                      config_name(*forced), "' computes ", op_name(config_op(*forced)), ", not gemm_act");
-    return *forced;
-  }
+  if (const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmAct)) return *forced;
   const std::string tuned_name = tuned::forced_kernel("sm90");
   if (!tuned_name.empty()) {
     const KernelConfig tuned = config_named(tuned_name);
@@ -240,6 +266,9 @@ bool forced_here() {
   return tuned::forced("sm90") || (testing::active() && !testing::overrides().sm90_kernel.empty());
 }
 
+// The same for gemm_act: a tuned sm90 backend, or a forced gemm_act kernel.
+bool gemm_act_forced_here() { return tuned::forced("sm90") || forced_config(KernelOp::GemmAct).has_value(); }
+
 
 Sm90Case classify(const GemmActArgs& args) {
   const GemmActParams& p = args.params;
@@ -262,7 +291,7 @@ Sm90Case classify(const GemmActArgs& args) {
   const bool n_major_b_ok = *dtype != Dtype::F32;
   const std::optional<BLayout> layout = b_fits_tma(p, align, n_major_b_ok);
   if (a_fits_tma(p, align) && layout.has_value() && outputs_fit_tma(p, align)) {
-    if (!forced_here()) {
+    if (!gemm_act_forced_here()) {
       for (const LibraryRule& rule : kLibraryRules) {
         if (rule.applies(args, *dtype)) {
           out.rule = &rule;
@@ -338,8 +367,7 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
   Workspace workspace{args.a.options().dtype(at::kByte), {}};
   LaunchArgs la = launch_args(p, device, workspace, stream);
   la.config = KernelConfig::cooperative_128x256_c1x2_dact;
-  const std::optional<KernelConfig> forced = forced_config();
-  if (forced.has_value() && config_op(*forced) == KernelOp::GemmDact) la.config = *forced;
+  if (const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmDact)) la.config = *forced;
   if (!is_compiled(la.config, *dtype, *layout)) return false;
   order_tiles(p, *dtype, la);
   at::Tensor sums;
@@ -350,11 +378,7 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
     poison_if_requested(sums);
     p.z = sums.data_ptr();
   }
-  const LaunchResult result = launch(la.config, *dtype, *layout, p.activation, la);
-  if (result.status == LaunchStatus::kNotImplementable) return false;
-  TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_dact: the sm90 kernel '",
-              config_name(la.config), "' failed at ", result.what, ": ",
-              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  if (!launch_or_throw("gemm_dact", *dtype, *layout, p.activation, la)) return false;
   if (column_sums != nullptr) {
     *column_sums = at::empty({p.n}, args.y.options());
     poison_if_requested(*column_sums);
@@ -399,17 +423,44 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
   LaunchArgs la = launch_args(p, device, workspace, stream);
   // Ping-pong's tile: one consumer's epilogue beside the other's mainloop (rule glu_pingpong).
   la.config = KernelConfig::pingpong_128x128_c1x2_glu;
-  const std::optional<KernelConfig> forced = forced_config();
-  if (forced.has_value() && config_op(*forced) == KernelOp::GemmGlu) la.config = *forced;
+  if (const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmGlu)) la.config = *forced;
   TORCH_CHECK(is_compiled(la.config, *dtype, BLayout::KMajor), "gemm_glu: the sm90 kernel '",
               config_name(la.config), "' is not compiled for ", dtype_name(*dtype));
   order_tiles(p, *dtype, la);
-  const LaunchResult result = launch(la.config, *dtype, BLayout::KMajor, activation, la);
-  if (result.status == LaunchStatus::kNotImplementable) return std::nullopt;
-  TORCH_CHECK(result.status == LaunchStatus::kOk, "gemm_glu: the sm90 kernel '",
-              config_name(la.config), "' failed at ", result.what, ": ",
-              result.status == LaunchStatus::kError ? cudaGetErrorString(result.error) : "not compiled");
+  if (!launch_or_throw("gemm_glu", *dtype, BLayout::KMajor, activation, la)) return std::nullopt;
   return outputs;
+}
+
+bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream) {
+  GemmActParams p = args.params;  // z: the keep bits the epilogue reads
+  if (!args.a.is_cuda() || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.c == nullptr || p.dropout_seed == nullptr ||
+      p.bias_kind == BiasKind::PerRow) {
+    return false;
+  }
+  const std::optional<Dtype> dtype = sm90_dtype(args.a.scalar_type());
+  const int device = args.a.get_device();
+  if (!dtype.has_value() || *dtype == Dtype::F32 || !device_info(device).is_sm90) return false;
+  const int64_t align = 16 / element_bytes(*dtype);
+  const std::optional<BLayout> layout = b_fits_tma(p, align, /*n_major_ok=*/true);
+  if (!layout.has_value() || !a_fits_tma(p, align) || !outputs_fit_tma(p, align) || !c_fits_tma(p, align)) {
+    return false;
+  }
+  Workspace workspace{args.a.options().dtype(at::kByte), {}};
+  LaunchArgs la = launch_args(p, device, workspace, stream);
+  // Rule dropout_forced: only where the testing switch names a gemm_dropout_add configuration.
+  const std::optional<KernelConfig> forced = forced_config(KernelOp::GemmDropoutAdd);
+  if (!forced.has_value()) return false;
+  la.config = *forced;
+  TORCH_CHECK(is_compiled(la.config, *dtype, *layout), "gemm_dropout_add: the forced sm90 kernel '",
+              config_name(la.config), "' is not compiled for ", dtype_name(*dtype), " with a ", layout_name(*layout),
+              " B");
+  // The mask drawn by a kernel of its own, at full occupancy, as bits (rule dropout_bits).
+  const at::Tensor bits = at::empty({(p.m * p.n + 31) / 32}, args.a.options().dtype(at::kInt));
+  dropout_keep_bits_cuda(p.dropout_seed, p.dropout_threshold, p.m * p.n,
+                         reinterpret_cast<uint32_t*>(bits.mutable_data_ptr<int32_t>()), stream);
+  p.z = bits.mutable_data_ptr();
+  order_tiles(p, *dtype, la);
+  return launch_or_throw("gemm_dropout_add", *dtype, *layout, Activation::None, la);
 }
 
 std::vector<KernelInfo> compiled_kernels() {
@@ -422,6 +473,7 @@ std::vector<KernelInfo> compiled_kernels() {
   GEMM_ACT_SM90_FOR_EACH_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL(GEMM_ACT_SM90_INFO)
   GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL(GEMM_ACT_SM90_INFO)
+  GEMM_ACT_SM90_FOR_EACH_DROPOUT_KERNEL(GEMM_ACT_SM90_INFO)
 #undef GEMM_ACT_SM90_INFO
   return out;
 }

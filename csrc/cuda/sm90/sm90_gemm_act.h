@@ -42,6 +42,14 @@ bool try_gemm_dact(const GemmActArgs& args, cudaStream_t stream, at::Tensor* col
 // read) and the rule runs it there (rules glu_rows and glu_preact_k; any
 // case when forced); nothing, having allocated
 // nothing, otherwise.
+// Runs gemm_dropout_add (args as prepare_gemm_act makes them with C the
+// residual and beta 1, params.dropout_* set) on the fused kernel where the
+// testing switch names one (rule dropout_forced) and it can (compute
+// capability 9.0, fp16/bf16, operands TMA can read, C contiguous
+// 16-byte-aligned rows, a bias per column, scalar or none); false, having
+// done nothing, otherwise.
+bool try_gemm_dropout_add(const GemmActArgs& args, cudaStream_t stream);
+
 std::optional<std::tuple<at::Tensor, at::Tensor>> try_gemm_glu(
     const at::Tensor& a, const at::Tensor& b_gate, const at::Tensor& b_up,
     const std::optional<at::Tensor>& bias_gate, const std::optional<at::Tensor>& bias_up,

@@ -105,12 +105,22 @@ CONFIGS = (
     Sm90Config("pingpong_128x128_c1x2_glu", "pingpong", (128, 128), (1, 2), (64, ROW),
                (BF16_K, F16_K), stores_z=False, op="gemm_glu",
                header="cuda/sm90/sm90_glu_kernel.cuh"),
+    # gemm_dropout_add, residual + dropout(Linear(x) + bias), the mask drawn
+    # in the epilogue: ping-pong's tmac tile, the residual's fastest up to
+    # K = 3072 (rule tma_source); nn.Linear's weight is the K-major B,
+    # Conv1D's the N-major one.
+    Sm90Config("pingpong_128x128_c1x2_drop", "pingpong", (128, 128), (1, 2), (64, ROW),
+               (BF16_K, F16_K, BF16_N, F16_N), stores_z=False, source="tma", op="gemm_dropout_add",
+               header="cuda/sm90/sm90_dropout_kernel.cuh"),
 )
 
 # op: (its KernelOp enumerator, launcher, X-macro listing its kernels).
 OPS = {"gemm_act": ("GemmAct", "launch_kernel", "GEMM_ACT_SM90_FOR_EACH_KERNEL"),
        "gemm_dact": ("GemmDact", "launch_dact_kernel", "GEMM_ACT_SM90_FOR_EACH_DACT_KERNEL"),
-       "gemm_glu": ("GemmGlu", "launch_glu_kernel", "GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL")}
+       "gemm_glu": ("GemmGlu", "launch_glu_kernel", "GEMM_ACT_SM90_FOR_EACH_GLU_KERNEL"),
+       "gemm_dropout_add": ("GemmDropoutAdd", "launch_dropout_kernel", "GEMM_ACT_SM90_FOR_EACH_DROPOUT_KERNEL")}
+# The ops whose kernels have no activation: one kernel a unit (Activation::None).
+NO_ACTIVATION = ("gemm_dropout_add",)
 
 GENERATED = "Generated from csrc/cuda/sm90/sm90_kernels.py by setup.py; do not edit."
 
@@ -125,8 +135,10 @@ def rows_with(extra_rows=(), extra_targets=None):
         i = names.index(name)
         rows[i] = replace(rows[i], targets=tuple(rows[i].targets) + tuple(targets))
     for r in rows:
-        if r.source not in ("gmem", "tma") or (r.source == "tma" and r.op != "gemm_act"):
-            raise ValueError(f"{r.name}: source {r.source!r}; expected 'gmem', or 'tma' for a gemm_act row")
+        tma_ops, tma_only = ("gemm_act", "gemm_dropout_add"), ("gemm_dropout_add",)
+        if not (r.source == "gmem" and r.op not in tma_only or r.source == "tma" and r.op in tma_ops):
+            raise ValueError(f"{r.name}: source {r.source!r}; expected 'gmem', or 'tma' for a gemm_act row "
+                             f"('tma' always for gemm_dropout_add)")
         if r.op not in OPS:
             raise ValueError(f"{r.name}: no such op {r.op!r}; expected one of {sorted(OPS)}")
         for dtype, layout in r.targets:
@@ -213,19 +225,23 @@ def table_header(rows):
 def kernel_unit(r, dtype, layout):
     spec = f"KernelConfig::{r.name}, Dtype::{DTYPES[dtype]}, BLayout::{LAYOUTS[layout]}"
     launcher = OPS[r.op][1]
+    if r.op in NO_ACTIVATION:
+        what = "its one kernel (no activation)"
+        body = f"template LaunchResult {launcher}<{spec}, Activation::None>(const LaunchArgs&);\n"
+    else:
+        what = "one kernel per activation"
+        body = (f"#define GEMM_ACT_SM90_INSTANTIATE(e, name, from_y, slope) \\\n"
+                f"  template LaunchResult {launcher}<{spec}, Activation::e>(const LaunchArgs&);\n"
+                "GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM90_INSTANTIATE)\n#undef GEMM_ACT_SM90_INSTANTIATE\n")
     return f"""// {GENERATED}
-// {r.name} for {dtype} with a {layout} B: one kernel per activation. Compile
+// {r.name} for {dtype} with a {layout} B: {what}. Compile
 // for sm_90a only (see sm90_kernel.cuh).
 #include "{r.header}"
 
 namespace gemm_act {{
 namespace sm90 {{
 
-#define GEMM_ACT_SM90_INSTANTIATE(e, name, from_y, slope) \\
-  template LaunchResult {launcher}<{spec}, Activation::e>(const LaunchArgs&);
-GEMM_ACT_FOR_EACH_ACTIVATION(GEMM_ACT_SM90_INSTANTIATE)
-#undef GEMM_ACT_SM90_INSTANTIATE
-
+{body}
 }}  // namespace sm90
 }}  // namespace gemm_act
 """

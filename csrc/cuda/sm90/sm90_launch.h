@@ -65,5 +65,13 @@ LaunchResult launch_dact_kernel(const LaunchArgs& la);
 template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
 LaunchResult launch_glu_kernel(const LaunchArgs& la);
 
+// One gemm_dropout_add kernel (a configuration row with op
+// "gemm_dropout_add"): Y = C + dropout(A @ B + bias), C the residual, the
+// mask drawn from params.dropout_seed (dropout.h). Defined in
+// sm90_dropout_kernel.cuh; instantiated for Activation::None only, for
+// GEMM_ACT_SM90_FOR_EACH_DROPOUT_KERNEL.
+template <KernelConfig kConfig, Dtype kDtype, BLayout kB, Activation kAct>
+LaunchResult launch_dropout_kernel(const LaunchArgs& la);
+
 }  // namespace sm90
 }  // namespace gemm_act

@@ -37,13 +37,14 @@ struct LaunchKey {
     return u;
   }
 
-  static_assert(sizeof(GemmActParams) == 7 * 8 + 9 * 8 + 3 * 8 + 2 * 4,
+  static_assert(sizeof(GemmActParams) == 8 * 8 + 10 * 8 + 4 * 8 + 2 * 4,
                 "a field added to GemmActParams belongs in the comparison below");
 
   bool operator==(const LaunchKey& o) const {
     const auto fields = [](const LaunchKey& k) {
       const GemmActParams& q = k.p;
-      return std::make_tuple(q.y, q.z, q.a, q.b, q.c, q.bias, q.bias_up, q.m, q.n, q.k,
+      return std::make_tuple(q.y, q.z, q.a, q.b, q.c, q.bias, q.bias_up, q.dropout_seed, q.dropout_threshold,
+                             bits(q.dropout_scale), q.m, q.n, q.k,
                              q.a_stride_m, q.a_stride_k, q.b_stride_k, q.b_stride_n, q.c_stride_m, q.c_stride_n,
                              bits(q.alpha), bits(q.beta), bits(q.negative_slope), q.activation,
                              q.bias_kind, k.device, k.sm_count, k.max_swizzle, k.raster);
