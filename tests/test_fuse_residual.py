@@ -147,3 +147,29 @@ def test_compiles_in_one_graph_as_the_replaced_forward():
     block = tga.fuse_linear_act(_Block(copy.deepcopy(out)))
     x, r = torch.randn(4, 16), torch.randn(4, 24)
     torch.testing.assert_close(torch.compile(block, fullgraph=True)(x, r), out(x, r), rtol=1e-5, atol=1e-5)
+
+
+def test_without_dropout_the_sum_is_the_replaced_forwards(monkeypatch):
+    """Rule fuses_residual: the operator only with dropout on."""
+    from torch_gemm_act import _fuse_residual, _policy
+
+    x = torch.randn(2, 16)
+    with tga.testing.override(operator_everywhere=True):
+        assert _policy.fuses_residual(x, 24, 0.1) and not _policy.fuses_residual(x, 24, 0.0)
+    assert not _policy.fuses_residual(x, 24, 0.1)  # cpu_atens
+
+    class NoOperator:
+        def __getattr__(self, name):
+            raise AssertionError(f"the operator {name} was called")
+
+    torch.manual_seed(0)
+    out = _Out(p=0.5)
+    block = tga.fuse_linear_act(_Block(copy.deepcopy(out)))
+    monkeypatch.setattr(_fuse_residual, "ops", NoOperator())
+    r = torch.randn(2, 24)
+    with tga.testing.override(operator_everywhere=True):
+        block.eval(), out.eval()
+        torch.testing.assert_close(block(x, r), out(x, r), rtol=0, atol=0)
+        block.train()
+        block.out.dropout.p = 0.0
+        torch.testing.assert_close(block(x, r), out(x, r), rtol=0, atol=0)

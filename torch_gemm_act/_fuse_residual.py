@@ -57,7 +57,7 @@ class ResidualOutput(nn.Module):
         p = dropout.p if dropout is not None and dropout.training else 0.0
         weight, bias = linear.weight, linear.bias
         n = weight.shape[0] if isinstance(linear, nn.Linear) else weight.shape[1]
-        if self._fuses(x, r, n):
+        if self._fuses(x, r, n, p):
             b = weight.t() if isinstance(linear, nn.Linear) else weight
             y = ops.gemm_dropout_add(x, b, bias, r, p, _dropout_seed(x.device, p))
         else:
@@ -68,9 +68,9 @@ class ResidualOutput(nn.Module):
         return self._modules[self._norm](y) if self._norm is not None else y
 
     @staticmethod
-    def _fuses(x, r, n):
+    def _fuses(x, r, n, p):
         return isinstance(x, torch.Tensor) and isinstance(r, torch.Tensor) and x.dim() >= 1 and \
-            r.shape == (*x.shape[:-1], n) and fuses_residual(x, n)
+            r.shape == (*x.shape[:-1], n) and fuses_residual(x, n, p)
 
 
 def match(module, graph, is_linear, hooked):

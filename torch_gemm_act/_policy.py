@@ -151,13 +151,16 @@ def compiles_to_glu(a, needs_grad):
     return not statically_known_true(rows < FUSED_GLU_MIN_ROWS)
 
 
-def fuses_residual(x, n):
+def fuses_residual(x, n, p):
     """Rule fuses_residual: whether a ResidualOutput (fuse_linear_act's)
-    whose layer takes x ([..., K]) to n columns computes its sum as
-    gemm_dropout_add: in eager mode where the layer does not run ATen's ops
-    (runs_atens_ops); under torch.compile never, Inductor folding the add
-    and the dropout into the next norm kernel itself."""
-    return not torch.compiler.is_compiling() and not runs_atens_ops(x, n)
+    whose layer takes x ([..., K]) to n columns, with dropout p, computes
+    its sum as gemm_dropout_add: in eager mode with dropout on (p > 0)
+    where the layer does not run ATen's ops (runs_atens_ops). Without
+    dropout the replaced forward's ops (the operator's gemm_act with the
+    residual as C measured no faster over a whole step); under
+    torch.compile never, Inductor folding the add and the dropout into the
+    next norm kernel itself."""
+    return p > 0 and not torch.compiler.is_compiling() and not runs_atens_ops(x, n)
 
 
 def links(activation):
