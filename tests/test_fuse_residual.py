@@ -113,15 +113,32 @@ def test_a_residual_of_another_shape_takes_the_replaced_forward(device):
         torch.testing.assert_close(block(x, r), out(x, r))
 
 
+def test_a_residual_of_another_dtype_outside_autocast_takes_the_replaced_forward():
+    torch.manual_seed(0)
+    out = _Out(p=0.5, norm=False)
+    block = tga.fuse_linear_act(_Block(copy.deepcopy(out)))
+    x, r = torch.randn(3, 16), torch.randn(3, 24, dtype=torch.float64)
+    with tga.testing.override(operator_everywhere=True):
+        torch.manual_seed(1)
+        y = block(x, r)
+    torch.manual_seed(1)
+    want = out(x, r)
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("variant, why", [
     (dict(extra=True), "an op between the dropout and the sum"),
     ("hooked", "a forward hook on the Linear"),
     ("three", "a third argument"),
+    ("buffer", "a buffer of its own"),
 ])
 def test_anything_else_is_left(variant, why):
     out = _Out(**variant) if isinstance(variant, dict) else _Out()
     if variant == "hooked":
         out.dense.register_forward_hook(lambda *a: None)
+    if variant == "buffer":
+        out.register_buffer("step", torch.zeros(()))
     if variant == "three":
         class Three(_Out):
             def forward(self, hidden_states, input_tensor, scale):

@@ -30,8 +30,9 @@ class ResidualOutput(nn.Module):
     exactly that. It holds that module's children under their names and
     takes its arguments, (x, residual) in the order its forward named them.
 
-    Where the operator is not the road (rule fuses_residual, and a residual
-    of another shape than the sum), it computes the replaced forward's own
+    Where the operator is not the road (rule fuses_residual; a residual of
+    another shape than the sum, or of another dtype outside autocast, which
+    the operator does not promote), it computes the replaced forward's own
     ops."""
 
     def __init__(self, original, linear, dropout, norm, arg_names, x_first, branch_first):
@@ -70,7 +71,8 @@ class ResidualOutput(nn.Module):
     @staticmethod
     def _fuses(x, r, n, p):
         return isinstance(x, torch.Tensor) and isinstance(r, torch.Tensor) and x.dim() >= 1 and \
-            r.shape == (*x.shape[:-1], n) and fuses_residual(x, n, p)
+            r.shape == (*x.shape[:-1], n) and r.device == x.device and \
+            (r.dtype == x.dtype or torch.is_autocast_enabled(x.device.type)) and fuses_residual(x, n, p)
 
 
 def match(module, graph, is_linear, hooked):
@@ -82,6 +84,8 @@ def match(module, graph, is_linear, hooked):
     if len(params) != 2 or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or
                                p.default is not p.empty for p in params):
         return None
+    if any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False)):
+        return None  # state of its own, which the replacement would not hold
     children = dict(module.named_children())
     nodes = list(graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
