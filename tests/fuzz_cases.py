@@ -311,11 +311,16 @@ def draw_compile_lm_loss(rng, device):
 
 
 def draw_dropout_add(rng, device):
-    """linear_dropout_add (nn.Linear's weight) or gemm_dropout_add (a [K, N]
-    weight, Conv1D's): the residual's layout, a bias or none, p from 0 to 1,
-    training or not; the mask fixed by the global seed the case sets."""
+    """linear_dropout_add (nn.Linear's weight), gemm_dropout_add (a [K, N]
+    weight, Conv1D's) or a residual output module fused by fuse_linear_act
+    (its Linear or Conv1D, the sum's operands in either order, called with
+    positional or keyword arguments): the residual's layout, a bias or
+    none, p from 0 to 1, training or not; the mask fixed by the global seed
+    the case sets."""
     p = _problem(rng, device)
-    p["entry"] = rng.choice(("functional", "functional", "conv1d"))
+    p["entry"] = rng.choice(("functional", "functional", "conv1d", "module", "conv1d_module"))
+    p["branch_first"] = rng.random() < 0.5
+    p["keywords"] = rng.random() < 0.3
     p["x"] = rng.choice(("contiguous", "offset", "strided")) if len(p["lead"]) == 1 else "contiguous"
     p["w"] = rng.choice(("contiguous", "contiguous", "transposed", "offset"))
     p["residual"] = rng.choice(("contiguous", "contiguous", "offset", "strided")) if len(p["lead"]) == 1 \

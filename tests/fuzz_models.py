@@ -14,7 +14,8 @@ import torch_gemm_act as tga
 from torch_gemm_act.activations import GATED, _twin
 
 from fuzz_cases import COMPILE_MODELS, RELU_FAMILY, UNIT
-from fuzz_trials import Trial, _Gpt2Mlp, _comp, _dtype, _fused_everywhere, _mag, act64, build_gemm_act, build_linear
+from fuzz_trials import Trial, _Gpt2Mlp, _comp, _conv1d_class, _dtype, _fused_everywhere, _mag, act64, build_gemm_act, \
+    build_linear
 
 
 def build_mlp(case, data):
@@ -621,24 +622,57 @@ def _replace_everywhere(model, old, new):
                 mod._parameters[name] = new
 
 
+class _ResidualOut(nn.Module):
+    """A residual output as BERT's: r + dropout(proj(x)), either operand order."""
+
+    def __init__(self, proj, p, branch_first):
+        super().__init__()
+        self.proj, self.drop, self.branch_first = proj, nn.Dropout(p), branch_first
+
+    def forward(self, x, residual):
+        branch = self.drop(self.proj(x))
+        return branch + residual if self.branch_first else residual + branch
+
+
+def _fused_residual_out(inputs, p, dev):
+    """fuse_linear_act's ResidualOutput of a _ResidualOut whose projection
+    holds the case's weight and bias (the tensors themselves)."""
+    k, n = p["k"], p["n"]
+    conv = p["entry"] == "conv1d_module"
+    proj = _conv1d_class()(n, k) if conv else nn.Linear(k, n, bias=p["bias"])
+    proj._parameters["weight"] = inputs["weight"]
+    proj._parameters["bias"] = inputs.get("bias") if p["bias"] else None
+    parent = nn.Sequential(_ResidualOut(proj, p["dropout"], p["branch_first"])).train(p["training"])
+    fused = tga.fuse_linear_act(parent)[0]
+    if type(fused).__name__ != "ResidualOutput":
+        raise AssertionError(f"fuse_linear_act left the residual output as {type(fused).__name__}")
+    return fused
+
+
 def build_dropout_add(case, data):
-    """linear_dropout_add / gemm_dropout_add against PyTorch's r + F.linear(x,
-    w, b) * mask with the same mask (dropout.h's, read from dropout_scale on
-    the CPU), both against float64."""
+    """linear_dropout_add / gemm_dropout_add / a fused residual output
+    against PyTorch's r + F.linear(x, w, b) * mask with the same mask
+    (dropout.h's, read from dropout_scale on the CPU), both against float64."""
     p, dev = case.p, case.device
     dtype, lead, k, n = _dtype(p), tuple(p["lead"]), p["k"], p["n"]
     m = math.prod(lead)
     wscale = 1.0 / math.sqrt(k) if p["scaled"] and k > 0 else 1.0
-    conv = p["entry"] == "conv1d"
+    conv = p["entry"] in ("conv1d", "conv1d_module")
+    if p["entry"] == "conv1d_module" and (_conv1d_class() is None or k == 0):
+        # transformers absent, or K = 0, which Conv1D's own view cannot take: the module holds a Linear.
+        conv, p["entry"] = False, "module"
     x = data.input(lead, k, p["x"], dtype)
     w = data.matrix(k, n, p["w"], dtype, wscale) if conv else data.matrix(n, k, p["w"], dtype, wscale)
     r = data.input(lead, n, p["residual"], dtype)
     inputs = {"x": x, "weight": w, "residual": r}
-    if p["bias"]:
+    if p["bias"] or p["entry"] == "conv1d_module":  # Conv1D always has a bias
+        p["bias"] = True
         inputs["bias"] = data.randn(n, dtype=dtype)
     for name in p["grads"]:
-        inputs[name].requires_grad_(True)
+        if name in inputs:
+            inputs[name].requires_grad_(True)
     drop = p["dropout"] if p["training"] else 0.0
+    module = _fused_residual_out(inputs, p, dev) if p["entry"].endswith("module") else None
 
     def seeded():
         torch.manual_seed(p["mask_seed"])
@@ -652,7 +686,10 @@ def build_dropout_add(case, data):
 
     def ours():
         seeded()
-        if conv:
+        if module is not None:
+            y = module(x=inputs["x"], residual=inputs["residual"]) if p["keywords"] else \
+                module(inputs["x"], inputs["residual"])
+        elif conv:
             sd = torch.randint(-2 ** 63, 2 ** 63 - 1, (), dtype=torch.int64, device=dev) if drop > 0 else \
                 torch.zeros((), dtype=torch.int64, device=dev)
             y = torch.ops.gemm_act.gemm_dropout_add(inputs["x"], inputs["weight"], inputs.get("bias"),
@@ -673,7 +710,13 @@ def build_dropout_add(case, data):
     def ref(t64, hint):
         return (t64["residual"] + linear(t64) * mask64,)
 
-    settings = (lambda: tga.testing.override(sm90_kernel=p["sm90_kernel"])) if p.get("sm90_kernel") else None
+    # A module with dropout on takes the operator everywhere (its mask is this
+    # project's; on the CPU and host-bound it would run PyTorch's dropout).
+    everywhere = module is not None and drop > 0
+    forced = p.get("sm90_kernel")
+    settings = None
+    if forced or everywhere:
+        settings = lambda: tga.testing.override(sm90_kernel=forced, operator_everywhere=everywhere or None)  # noqa: E731
     return Trial(inputs, ours, theirs, ref, _comp(p), (True,), settings=settings)
 
 

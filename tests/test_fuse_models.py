@@ -234,7 +234,7 @@ def test_report_says_what_was_left_and_why():
     assert "a container without a forward of its own" in left["4.layers"]
     assert "output is used by add as well" in left["1.fc -> 1.act"]
     assert "Mish is not an activation this project computes" in left["1.other -> 1.mish"]
-    assert "fused 1 pair(s), left 4" in str(report)
+    assert "fused 1 pair(s) and 0 residual output(s), left 4" in str(report)
     assert type(fused[0].fc) is nn.Linear and type(fused[1].fc) is nn.Linear
 
 

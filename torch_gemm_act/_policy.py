@@ -151,6 +151,18 @@ def compiles_to_glu(a, needs_grad):
     return not statically_known_true(rows < FUSED_GLU_MIN_ROWS)
 
 
+def fuses_residual(x, n, p):
+    """Rule fuses_residual: whether a ResidualOutput (fuse_linear_act's)
+    whose layer takes x ([..., K]) to n columns, with dropout p, computes
+    its sum as gemm_dropout_add: in eager mode with dropout on (p > 0)
+    where the layer does not run ATen's ops (runs_atens_ops). Without
+    dropout the replaced forward's ops (the operator's gemm_act with the
+    residual as C measured no faster over a whole step); under
+    torch.compile never, Inductor folding the add and the dropout into the
+    next norm kernel itself."""
+    return p > 0 and not torch.compiler.is_compiling() and not runs_atens_ops(x, n)
+
+
 def links(activation):
     """Rule links: whether fuse_linear_act links a fused layer with
     `activation` to the Linear its output feeds: where act' needs Z. One

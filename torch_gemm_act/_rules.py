@@ -20,6 +20,11 @@ RULES = {
                                     "formula", {}),
     "compiles_to_glu": ("python", "under torch.compile, gemm_glu only in inference where its fused kernel runs "
                                   "(glu_rows)", {}),
+    "fuses_residual": ("python", "a residual output fuse_linear_act fused takes gemm_dropout_add for its sum in "
+                                 "eager mode with dropout on, unless host_bound or cpu_atens send its layer to "
+                                 "ATen's ops; without dropout, and under torch.compile (where Inductor folds the "
+                                 "add and the dropout into the next norm), the replaced forward's ops: the "
+                                 "operator measured no faster there", {}),
     "links": ("python", "fuse_linear_act links a layer to the next Linear only where act' needs Z", {}),
     "chains": ("python", "a linked layer chains on CUDA where gemm_dact is the fused kernel (hopper_fused); on "
                          "the CPU always", {}),

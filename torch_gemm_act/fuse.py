@@ -20,6 +20,11 @@ one Linear's output split in two, ``x1, x2 = fc(x).chunk(2, dim=-1)`` then
 ``x1 * act(x2)`` or ``act(x1) * x2`` (timm's GluMlp): the Linear's slot
 holds a LinearPackedGlu, the activation's a PackedGluActivation.
 
+A module whose whole forward is ``norm(r + dropout(linear(x)))``, the
+residual handed to it (transformers' BertSelfOutput, BertOutput,
+ViTOutput), becomes a ResidualOutput in its parent's slot: the sum in one
+gemm_dropout_add (torch_gemm_act._fuse_residual).
+
 A fused pair whose output feeds one Linear alone, directly or through
 Dropout and Identity children, chains to it (torch_gemm_act.chain): each
 module between gets a forward hook that hands the chain its output.
@@ -32,7 +37,7 @@ import logging
 import torch.fx
 from torch import nn
 
-from . import _match
+from . import _fuse_residual, _match
 from .activations import _ACTIVATION_MODULES, _GATED_BY_GATE, IDENTITY, _from_module, _qualified_class_name
 from ._policy import links
 from .chain import _ChainLink
@@ -62,12 +67,17 @@ class FusionReport:
     # (first, second): a fused pair whose output feeds only the second
     # Linear; their backward is fused across the two (torch_gemm_act.chain).
     chained: list = dataclasses.field(default_factory=list)
+    # (path, replaced class): a residual output whose sum is now one operator.
+    residuals: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
-        lines = [f"fuse_linear_act: fused {len(self.fused)} pair(s), left {len(self.left)}"]
+        lines = [f"fuse_linear_act: fused {len(self.fused)} pair(s) and {len(self.residuals)} residual "
+                 f"output(s), left {len(self.left)}"]
         lines += [f"  fused {lin} -> {act} ({name})" for lin, act, name in self.fused]
         lines += [f"  chained {first} -> {second} (backward fused across them)"
                   for first, second in self.chained]
+        lines += [f"  residual {path} ({cls}): r + dropout(linear(x)) in one operator"
+                  for path, cls in self.residuals]
         lines += [f"  left  {path}: {why}" for path, why in self.left]
         lines += [f"  hooks of {path} moved to its fused module" for path in self.hooks_moved]
         return "\n".join(lines)
@@ -82,6 +92,8 @@ def fuse_linear_act(model, *, report=False):
     result = FusionReport()
     for path, module in list(model.named_modules()):
         _fuse_children(path, module, result)
+    for path, module in list(model.named_modules()):
+        _fuse_residual_outputs(path, module, result)
     _log.info("%s", result)
     return (model, result) if report else model
 
@@ -127,7 +139,7 @@ class _ModuleCalls:
         if kind is None:
             return None
         x = node.args[0] if len(node.args) == 1 and not node.kwargs else None
-        gatable = kind == "linear" and not any(getattr(module, name, None) for name in _FORWARD_HOOKS)
+        gatable = kind == "linear" and not _has_forward_hooks(module)
         return _match.Gemm(node, x, module.weight, module.bias, tuple(module.weight.shape), kind == "linear",
                            gatable)
 
@@ -241,8 +253,32 @@ def _chain(path, parent, first, act_node, reader, result):
     result.chained.append((_join(path, first), _join(path, node.target)))
 
 
+def _fuse_residual_outputs(path, parent, result):
+    """Each child of parent whose forward is a residual output becomes a
+    ResidualOutput (a child that cannot be traced is not one)."""
+    for name, child in list(parent.named_children()):
+        if type(child).forward is nn.Module.forward or not any(map(_linear_kind, child.children())):
+            continue
+        try:
+            graph = _trace(child)
+        except Exception:  # noqa: BLE001 - not traceable: not a residual output
+            continue
+        found = _fuse_residual.match(child, graph, _linear_kind, _has_forward_hooks)
+        if found is None:
+            continue
+        fused = _fuse_residual.ResidualOutput(child, **found)
+        if _move_forward_hooks(child, fused):
+            result.hooks_moved.append(_join(path, name))
+        parent._modules[name] = fused
+        result.residuals.append((_join(path, name), _qualified_class_name(child)))
+
+
 _FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
                   "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def _has_forward_hooks(module):
+    return any(getattr(module, name, None) for name in _FORWARD_HOOKS)
 
 
 def _move_forward_hooks(linear, fused):
