@@ -127,6 +127,28 @@ def test_a_residual_of_another_dtype_outside_autocast_takes_the_replaced_forward
     torch.testing.assert_close(y, want, rtol=0, atol=0)
 
 
+def test_a_tensor_subclass_takes_the_replaced_forward(monkeypatch):
+    from torch_gemm_act import _fuse_residual
+
+    class Tagged(torch.Tensor):
+        pass
+
+    class NoOperator:
+        def __getattr__(self, name):
+            raise AssertionError(f"the operator {name} was called")
+
+    torch.manual_seed(0)
+    out = _Out(p=0.5, norm=False)
+    block = tga.fuse_linear_act(_Block(copy.deepcopy(out)))
+    monkeypatch.setattr(_fuse_residual, "ops", NoOperator())
+    x, r = torch.randn(3, 16), torch.randn(3, 24)
+    with tga.testing.override(operator_everywhere=True):
+        torch.manual_seed(1)
+        y = block(x.as_subclass(Tagged), r)
+    torch.manual_seed(1)
+    torch.testing.assert_close(y.as_subclass(torch.Tensor), out(x, r), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("variant, why", [
     (dict(extra=True), "an op between the dropout and the sum"),
     ("hooked", "a forward hook on the Linear"),

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import ops
-from ._policy import fuses_residual
+from ._policy import PLAIN, fuses_residual
 from .functional import _dropout_seed
 
 _ADDS = (operator.add, torch.add)
@@ -32,8 +32,9 @@ class ResidualOutput(nn.Module):
 
     Where the operator is not the road (rule fuses_residual; a residual of
     another shape than the sum, or of another dtype outside autocast, which
-    the operator does not promote), it computes the replaced forward's own
-    ops."""
+    the operator does not promote; a tensor subclass among the operands, a
+    tensor-parallel DTensor say, whose rules the operator has not), it
+    computes the replaced forward's own ops."""
 
     def __init__(self, original, linear, dropout, norm, arg_names, x_first, branch_first):
         super().__init__()
@@ -58,7 +59,7 @@ class ResidualOutput(nn.Module):
         p = dropout.p if dropout is not None and dropout.training else 0.0
         weight, bias = linear.weight, linear.bias
         n = weight.shape[0] if isinstance(linear, nn.Linear) else weight.shape[1]
-        if self._fuses(x, r, n, p):
+        if self._fuses(x, r, n, p) and type(weight) in PLAIN and (bias is None or type(bias) in PLAIN):
             b = weight.t() if isinstance(linear, nn.Linear) else weight
             y = ops.gemm_dropout_add(x, b, bias, r, p, _dropout_seed(x.device, p))
         else:
@@ -70,7 +71,7 @@ class ResidualOutput(nn.Module):
 
     @staticmethod
     def _fuses(x, r, n, p):
-        return isinstance(x, torch.Tensor) and isinstance(r, torch.Tensor) and x.dim() >= 1 and \
+        return type(x) in PLAIN and type(r) in PLAIN and x.dim() >= 1 and \
             r.shape == (*x.shape[:-1], n) and r.device == x.device and \
             (r.dtype == x.dtype or torch.is_autocast_enabled(x.device.type)) and fuses_residual(x, n, p)
 
