@@ -43,6 +43,8 @@ class ResidualOutput(nn.Module):
         self.training = original.training
         self._linear, self._dropout, self._norm = linear, dropout, norm
         self._arg_names, self._x_first, self._branch_first = arg_names, x_first, branch_first
+        self._signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                             for n in arg_names])
         self._replaced = type(original).__qualname__
 
     def extra_repr(self):
@@ -50,8 +52,7 @@ class ResidualOutput(nn.Module):
 
     def forward(self, *args, **kwargs):
         if kwargs or len(args) != 2:
-            bound = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                       for n in self._arg_names]).bind(*args, **kwargs)
+            bound = self._signature.bind(*args, **kwargs)
             args = tuple(bound.arguments[n] for n in self._arg_names)
         x, r = args if self._x_first else args[::-1]
         linear = self._modules[self._linear]
